@@ -1,0 +1,31 @@
+# blrgraph: `make demo` and `make test` work from a fresh clone (they create .venv).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: demo test bench clean
+
+$(VENV)/bin/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+
+$(VENV)/.demo: $(VENV)/bin/activate setup.cfg
+	$(PIP) install -e '.[all]'
+	touch $@
+
+$(VENV)/.test: $(VENV)/bin/activate setup.cfg
+	$(PIP) install -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.demo
+	$(VENV)/bin/blrgraph demo --out demo-output
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q -n 2 tests
+
+bench: $(VENV)/.test
+	$(PY) benchmarks/bench_gmm.py
+
+clean:
+	rm -rf $(VENV) demo-output build *.egg-info

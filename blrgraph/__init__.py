@@ -1,0 +1,19 @@
+"""blrgraph: factor-graph inference with one update, the Bayesian learning rule.
+
+    lam <- (1 - rho) lam + rho (lam0 + sum of natural-gradient messages)
+
+Conjugate Bayes, VMP, SVI, non-conjugate VMP and EM are that update with
+different settings (``Model(...).fit(method)``).
+"""
+from . import closed_form, families
+from .graph import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma,
+                    Mixture, Model, Multinomial, MultivariateNormal, Normal, NormalGamma,
+                    NormalWishart, Poisson, Wishart)
+from .inference import METHODS, FitResult, elbo
+
+__version__ = "0.1.0"
+
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential",
+           "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
+           "NormalGamma", "NormalWishart", "Poisson", "Wishart", "FitResult", "METHODS", "elbo",
+           "closed_form", "families"]

@@ -1,0 +1,246 @@
+"""Private helpers shared by the scalar / simplex family modules.
+
+Validation messages follow one pattern: ``"<Family> '<where>': <param> must be
+<condition>, got <value> (<what to do>)"``, e.g.
+``"Gamma 'tau': shape must be > 0, got -1 (pass a positive shape)"``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import gammaln
+
+from .base import object_array
+
+# Half-width (in standard deviations, plus a constant) of the window of
+# integers summed by :func:`expected_over_counts`.  The tails beyond it are
+# far below double precision for binomial and Poisson laws.
+_WINDOW_SD = 20.0
+_WINDOW_PAD = 20.0
+
+
+# ---------------------------------------------------------------------------
+# natural-parameter tuples
+def as_nat(nat, ncomp):
+    """Return ``nat`` as a tuple of ``ncomp`` float arrays.
+
+    A bare array is accepted for one-component families."""
+    if isinstance(nat, np.ndarray) or np.isscalar(nat):
+        nat = (nat,)
+    nat = tuple(np.asarray(x, dtype=float) for x in nat)
+    if len(nat) != ncomp:
+        raise ValueError(f"expected a tuple of {ncomp} natural-parameter arrays, got {len(nat)}")
+    return nat
+
+
+def broadcast_copies(*arrays):
+    """Broadcast arrays against each other and return writable float copies."""
+    return tuple(np.array(a, dtype=float) for a in np.broadcast_arrays(*[np.asarray(a, dtype=float)
+                                                                        for a in arrays]))
+
+
+def draw_shape(size, plates):
+    """``size`` (None, int or tuple) prepended to ``plates``."""
+    if size is None:
+        size = ()
+    elif np.isscalar(size):
+        size = (int(size),)
+    return tuple(size) + tuple(plates)
+
+
+def get_rng(rng):
+    return np.random.default_rng() if rng is None else rng
+
+
+def frozen(plates, make):
+    """A single frozen scipy distribution (no plates) or an object array of them."""
+    plates = tuple(plates)
+    if plates == ():
+        return make(())
+    return object_array(plates, make)
+
+
+def xmul(a, b):
+    """``a * b`` with the convention ``0 * (+-inf) = 0`` (no warnings)."""
+    with np.errstate(invalid="ignore"):
+        out = np.multiply(a, b)
+    return np.where(np.asarray(a) == 0, 0.0, out)
+
+
+def simplex_mode(alpha):
+    """Mode of a Dirichlet(alpha) density on the simplex (last axis), clamped.
+
+    Interior case (all alpha_k > 1): (alpha_k - 1)/(alpha_0 - K).  Otherwise the
+    density (w.r.t. Lebesgue measure on the simplex) maximises
+    sum_k (alpha_k - 1) log x_k: components with alpha_k <= 1 are put at 0 and
+    the rest are proportional to alpha_k - 1; if no alpha_k exceeds 1 the mass
+    goes to the largest alpha_k (shared equally on ties, so alpha = 1 gives the
+    centre of the simplex)."""
+    alpha = np.asarray(alpha, dtype=float)
+    c = np.maximum(alpha - 1.0, 0.0)
+    s = c.sum(axis=-1, keepdims=True)
+    top = (alpha == alpha.max(axis=-1, keepdims=True)).astype(float)
+    fallback = top / top.sum(axis=-1, keepdims=True)
+    pos = s > 0
+    return np.where(pos, c / np.where(pos, s, 1.0), fallback)
+
+
+def expected_over_counts(logpmf, mean, sd, fn, upper=None):
+    """E[fn(k)] for an integer-valued k >= 0 with the given log-pmf.
+
+    Sums over the window ``mean +- (20 sd + 20)`` (clipped to [0, upper]),
+    vectorised over the broadcast shape of ``mean``/``sd``/``upper``.
+    ``logpmf(k)`` receives k with a trailing window axis (already clipped to the
+    support) and must broadcast against ``mean[..., None]``."""
+    mean, sd = np.broadcast_arrays(np.asarray(mean, dtype=float), np.asarray(sd, dtype=float))
+    if upper is not None:
+        mean, sd, upper = np.broadcast_arrays(mean, sd, np.asarray(upper, dtype=float))
+    lo = np.floor(np.maximum(mean - _WINDOW_SD * sd - _WINDOW_PAD, 0.0))
+    hi = np.ceil(mean + _WINDOW_SD * sd + _WINDOW_PAD)
+    if upper is not None:
+        hi = np.minimum(hi, upper)
+    width = int(np.max(hi - lo, initial=0.0)) + 1
+    k = lo[..., None] + np.arange(width)
+    inside = k <= hi[..., None]
+    kc = np.minimum(k, hi[..., None])
+    lp = logpmf(kc)
+    with np.errstate(under="ignore"):
+        w = np.where(inside, np.exp(lp), 0.0)
+    return np.sum(w * fn(kc), axis=-1)
+
+
+def log_factorial(k):
+    return gammaln(np.asarray(k, dtype=float) + 1.0)
+
+
+# ---------------------------------------------------------------------------
+# validation
+def label(family, where):
+    return f"{family} '{where}'" if where is not None else family
+
+
+def _fmt_bad(arr, bad, what=""):
+    arr = np.asarray(arr)
+    got = f"got {what}" if what else "got"
+    if arr.ndim == 0:
+        v = arr.item()
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        return f"{got} {v!r}"
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    v = arr[idx].item()
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    nbad = int(np.count_nonzero(bad))
+    more = f" and {nbad - 1} more" if nbad > 1 else ""
+    return f"{got} {v!r} at index {idx}{more}"
+
+
+def to_float(family, pname, value, where):
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{label(family, where)}: {pname} must be numeric, got {value!r}") from None
+    return arr
+
+
+def check_finite(family, pname, value, where):
+    arr = to_float(family, pname, value, where)
+    bad = ~np.isfinite(arr)
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must be finite, {_fmt_bad(arr, bad)} "
+                         f"(replace NaN/inf entries)")
+    return arr
+
+
+def check_positive(family, pname, value, where):
+    arr = check_finite(family, pname, value, where)
+    bad = arr <= 0
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must be > 0, {_fmt_bad(arr, bad)} "
+                         f"(pass a positive {pname})")
+    return arr
+
+
+def check_probability(family, pname, value, where):
+    arr = check_finite(family, pname, value, where)
+    bad = (arr < 0) | (arr > 1)
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must lie in [0, 1], {_fmt_bad(arr, bad)} "
+                         f"(pass a probability)")
+    return arr
+
+
+def check_count(family, pname, value, where):
+    arr = check_finite(family, pname, value, where)
+    bad = (arr < 0) | (arr != np.round(arr))
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must be a non-negative integer, "
+                         f"{_fmt_bad(arr, bad)} (pass a whole number of trials)")
+    return arr
+
+
+def check_simplex(family, pname, value, where, tol=1e-8):
+    """Probabilities on the last axis: non-negative, summing to 1 within ``tol``."""
+    arr = check_finite(family, pname, value, where)
+    if arr.ndim < 1 or arr.shape[-1] < 1:
+        raise ValueError(f"{label(family, where)}: {pname} must have the K category probabilities "
+                         f"on its last axis (shape (..., K)), got shape {arr.shape}")
+    bad = arr < 0
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must be non-negative, {_fmt_bad(arr, bad)} "
+                         f"(pass probabilities)")
+    tot = arr.sum(axis=-1)
+    bad = np.abs(tot - 1.0) > tol
+    if np.any(bad):
+        raise ValueError(f"{label(family, where)}: {pname} must sum to 1 on the last axis "
+                         f"(tolerance {tol:g}), {_fmt_bad(tot, bad, 'sum')} "
+                         f"(normalise, e.g. p / p.sum(-1, keepdims=True))")
+    return arr
+
+
+def split_count_params(family, params, n_instance, where, validate):
+    """Binomial/Multinomial take ``(n, p)`` or just ``(p,)``; n must equal the instance's n."""
+    if len(params) == 1:
+        return params[0]
+    if len(params) != 2:
+        raise TypeError(f"{family} takes the parameters (n, p) or (p,), got {len(params)} values")
+    n, p = params
+    if validate:
+        n = check_count(family, "n", n, where)
+    n = np.asarray(n, dtype=float)
+    try:
+        same = np.all(np.broadcast_arrays(n, np.asarray(n_instance, dtype=float))[0]
+                      == np.asarray(n_instance, dtype=float))
+    except ValueError:
+        same = False
+    if not same:
+        raise ValueError(f"{label(family, where)}: n = {n.tolist()!r} does not match the family's "
+                         f"n = {np.asarray(n_instance).tolist()!r} (construct {family}(n) with this n)")
+    return p
+
+
+# ---------------------------------------------------------------------------
+# finite sums for the non-constant base measures
+def binomial_logpmf(k, n, logp, logq):
+    """log Bin(k | n, p) given log p and log(1 - p) (0 log 0 = 0)."""
+    return (gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+            + xmul(k, logp) + xmul(n - k, logq))
+
+
+def binomial_expected_log_factorial(n, logp, logq):
+    """E[log k!] for k ~ Bin(n, p), vectorised over the broadcast shape of the inputs."""
+    n, logp, logq = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(logp, dtype=float),
+                                        np.asarray(logq, dtype=float))
+    p, q = np.exp(logp), np.exp(logq)
+    return expected_over_counts(
+        lambda k: binomial_logpmf(k, n[..., None], logp[..., None], logq[..., None]),
+        n * p, np.sqrt(n * p * q), log_factorial, upper=n)
+
+
+def poisson_expected_log_factorial(rate):
+    """E[log k!] for k ~ Poisson(rate), rate > 0."""
+    rate = np.asarray(rate, dtype=float)
+    logr = np.log(rate)
+    return expected_over_counts(
+        lambda k: k * logr[..., None] - rate[..., None] - gammaln(k + 1.0),
+        rate, np.sqrt(rate), log_factorial)

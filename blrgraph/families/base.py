@@ -1,0 +1,178 @@
+"""The exponential-family interface shared by every family module.
+
+A family is written ``q(x) = h(x) exp(<lam, T(x)> - A(lam))`` (MATH.md §0).
+Natural parameters ``lam`` and mean parameters ``mu = E[T(x)]`` are *tuples of
+arrays*, one array per component of ``T``; every array has shape
+``plates + event_shape_of_that_component`` (``event_ndims[i]`` trailing axes).
+All functions are vectorised over the leading plate axes and are pure: no
+graph, no inference.
+
+The inner product ``<lam, mu>`` sums each component over its event axes and
+adds the components: see :func:`inner`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class ExponentialFamily:
+    """Base class: subclasses implement the methods below.
+
+    Families are small objects. Most are stateless (``Gamma()``); a family with a
+    fixed, non-natural parameter keeps it as an attribute (``Binomial(n)``,
+    ``Multinomial(n)``, where ``n`` broadcasts against the plates).
+
+    Attributes
+    ----------
+    name : str
+        Display name ("Gamma").
+    param_names : tuple of str
+        Constructor parameter names, in order (("shape", "rate")).
+    event_ndims : tuple of int
+        Number of trailing event axes of each natural/mean-parameter component.
+        May depend on nothing but the family (e.g. MultivariateNormal: (1, 2)).
+    value_ndim : int
+        Number of trailing event axes of a value x (Normal 0, MVN 1, Wishart 2,
+        Dirichlet 1, Categorical 0 -- its value is an integer label).
+    """
+
+    name = "ExponentialFamily"
+    param_names: tuple = ()
+    event_ndims: tuple = ()
+    value_ndim = 0
+
+    # ---- parameterisations -------------------------------------------------
+    def validate_params(self, *params, where=None):
+        """Raise ValueError naming ``where`` (a node name) if params are invalid.
+
+        Returns the parameters as float arrays (broadcast is not required)."""
+        raise NotImplementedError
+
+    def natural_from_params(self, *params):
+        """Constructor parameters (positional, in ``param_names`` order) -> lam."""
+        raise NotImplementedError
+
+    def params_from_natural(self, nat):
+        """lam -> dict {param_name: array} (inverse of natural_from_params)."""
+        raise NotImplementedError
+
+    # ---- the exponential-family functions ---------------------------------
+    def suff_stats(self, x):
+        """T(x) as a tuple of arrays (plates + event shapes)."""
+        raise NotImplementedError
+
+    def log_base_measure(self, x):
+        """log h(x), shape plates (0 for families with constant h)."""
+        return np.zeros(np.shape(x)[: np.ndim(x) - self.value_ndim])
+
+    def log_partition(self, nat):
+        """A(lam), shape plates."""
+        raise NotImplementedError
+
+    def mean_params(self, nat):
+        """mu = grad A(lam) = E[T(x)], tuple like nat."""
+        raise NotImplementedError
+
+    def entropy(self, nat):
+        """H[q] = A(lam) - <lam, mu> - E[log h], shape plates."""
+        return self.log_partition(nat) - inner(nat, self.mean_params(nat), self.event_ndims) \
+            - self.expected_log_base_measure(nat)
+
+    def expected_log_base_measure(self, nat):
+        """E_q[log h(x)], shape plates (0 for constant h)."""
+        return np.zeros(plates_of(nat, self.event_ndims))
+
+    def kl(self, nat1, nat2):
+        """KL(q1 || q2) = A(lam2) - A(lam1) - <lam2 - lam1, mu1> (Bregman form)."""
+        mu1 = self.mean_params(nat1)
+        diff = tuple(b - a for a, b in zip(nat1, nat2))
+        return self.log_partition(nat2) - self.log_partition(nat1) - inner(diff, mu1, self.event_ndims)
+
+    def logpdf(self, x, nat):
+        """log q(x) = log h(x) + <lam, T(x)> - A(lam)."""
+        return self.log_base_measure(x) + inner(nat, self.suff_stats(x), self.event_ndims) \
+            - self.log_partition(nat)
+
+    def sample(self, nat, rng=None, size=None):
+        """Draws; ``size`` is prepended to the plate shape (None: one draw per plate entry)."""
+        raise NotImplementedError
+
+    def mean(self, nat):
+        """E[x] (for joint families the tuple of the components' means)."""
+        raise NotImplementedError
+
+    def var(self, nat):
+        """Elementwise variance of x."""
+        raise NotImplementedError
+
+    def mode(self, nat):
+        """argmax of h(x) exp(<lam, T(x)>) (the MAP point used by EM)."""
+        raise NotImplementedError
+
+    def to_scipy(self, nat):
+        """Frozen scipy.stats distribution; with plates, an object array of them."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------
+def inner(a, b, event_ndims):
+    """<a, b>: sum over each component's event axes, plus over components.
+
+    Components broadcast against each other over their plate axes."""
+    total = 0.0
+    for x, y, k in zip(a, b, event_ndims):
+        prod = np.multiply(x, y)
+        if k:
+            prod = prod.sum(axis=tuple(range(-k, 0)))
+        total = total + prod
+    return total
+
+
+def plates_of(nat, event_ndims):
+    """The broadcast plate shape of a natural/mean-parameter tuple."""
+    shapes = [np.shape(x)[: np.ndim(x) - k] for x, k in zip(nat, event_ndims)]
+    return np.broadcast_shapes(*shapes)
+
+
+def broadcast_nat(nat, event_ndims, plates=None):
+    """Broadcast every component to a common plate shape (copy-free views)."""
+    p = plates_of(nat, event_ndims) if plates is None else tuple(plates)
+    return tuple(np.broadcast_to(np.asarray(x, dtype=float),
+                                 p + np.shape(x)[np.ndim(x) - k:])
+                 for x, k in zip(nat, event_ndims))
+
+
+def object_array(shape, make):
+    """Object array of ``shape`` whose entry at index i is ``make(i)`` (for to_scipy)."""
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape):
+        out[idx] = make(idx)
+    return out
+
+
+def check_positive(name, value, where, what="positive"):
+    """Refuse non-finite or non-positive values with a ValueError naming ``where``."""
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: {name} must be finite, got {value!r}")
+    if np.any(arr <= 0):
+        raise ValueError(f"{where}: {name} must be {what} (> 0), got {value!r}")
+    return arr
+
+
+def check_spd(name, value, where):
+    """Refuse a matrix (stack) that is not symmetric positive definite."""
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"{where}: {name} must be a square matrix (shape (..., D, D)), "
+                         f"got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where}: {name} must be finite")
+    if not np.allclose(arr, np.swapaxes(arr, -1, -2), rtol=1e-10, atol=1e-12 * max(1.0, np.abs(arr).max())):
+        raise ValueError(f"{where}: {name} must be symmetric")
+    try:
+        np.linalg.cholesky(arr)
+    except np.linalg.LinAlgError:
+        raise ValueError(f"{where}: {name} must be positive definite "
+                         f"(its Cholesky factorisation failed); pass an SPD matrix") from None
+    return arr

@@ -1,0 +1,130 @@
+"""Categorical family over K labels, with overcomplete log-potentials.
+
+    Cat(x | pi) = pi_x,   x in {0, ..., K-1}, pi on the simplex (last axis)
+
+Exponential-family form (MATH.md §2.11): T(x) = (onehot_K(x),),
+lam = (log pi,) (K overcomplete log-potentials, pi = softmax(lam); adding a
+constant to lam changes nothing), h = 1,
+
+    A(lam) = log sum_k e^{lam_k},   mu = (softmax(lam),),
+    H = -sum_k pi_k log pi_k,   KL(pi1 || pi2) = sum_k pi1_k log(pi1_k / pi2_k).
+
+A value x is an integer label (value_ndim 0).  Zero probabilities are allowed
+(lam_k = -inf) and handled with 0 log 0 = 0.  ``mean``, ``var`` and ``mode``
+refer to the one-hot representation: mean = pi, var = pi (1 - pi), mode = the
+one-hot vector of argmax pi (first index on ties), all of shape plates + (K,).
+
+``suff_stats`` needs the number of categories: pass it to the constructor
+(``Categorical(K)``) or as ``suff_stats(x, K=...)``.  Every method taking
+``nat`` reads K from the last axis of lam.
+
+Reference: Bishop (2006), §2.2; Wainwright & Jordan (2008), Example 3.5.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+from scipy.special import entr, log_softmax, logsumexp, rel_entr, softmax
+
+from .base import ExponentialFamily
+from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
+
+
+def _labels(x, K, who):
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu":
+        xf = np.asarray(x, dtype=float)
+        if np.any(xf != np.round(xf)):
+            raise ValueError(f"{who}: labels must be integers in 0..K-1, got non-integer values")
+        x = xf.astype(np.int64)
+    if np.any((x < 0) | (x >= K)):
+        raise ValueError(f"{who}: labels must lie in 0..{K - 1} (K = {K}), "
+                         f"got values in [{x.min()}, {x.max()}]")
+    return x
+
+
+class Categorical(ExponentialFamily):
+    """Categorical(p), p of shape plates + (K,); values are integer labels."""
+
+    name = "Categorical"
+    param_names = ("p",)
+    event_ndims = (1,)
+    value_ndim = 0
+
+    def __init__(self, K=None):
+        self.K = None if K is None else int(K)
+
+    def __repr__(self):
+        return "Categorical()" if self.K is None else f"Categorical(K={self.K})"
+
+    # ---- parameterisations -------------------------------------------------
+    def validate_params(self, p, where=None):
+        return (check_simplex(self.name, "p", p, where, tol=1e-8),)
+
+    def natural_from_params(self, p):
+        with np.errstate(divide="ignore"):
+            return (np.log(np.asarray(p, dtype=float)),)
+
+    def params_from_natural(self, nat):
+        return {"p": self._p(nat)}
+
+    def _eta(self, nat):
+        return as_nat(nat, 1)[0]
+
+    def _p(self, nat):
+        return softmax(self._eta(nat), axis=-1)
+
+    # ---- exponential-family functions -------------------------------------
+    def suff_stats(self, x, K=None):
+        K = self.K if K is None else int(K)
+        if K is None:
+            raise ValueError("Categorical.suff_stats: the number of categories K is unknown; "
+                             "construct Categorical(K) or call suff_stats(x, K=K)")
+        x = _labels(x, K, "Categorical.suff_stats")
+        return ((x[..., None] == np.arange(K)).astype(float),)
+
+    def log_partition(self, nat):
+        return logsumexp(self._eta(nat), axis=-1)
+
+    def mean_params(self, nat):
+        return (self._p(nat),)
+
+    def entropy(self, nat):
+        return entr(self._p(nat)).sum(axis=-1)
+
+    def kl(self, nat1, nat2):
+        return rel_entr(self._p(nat1), self._p(nat2)).sum(axis=-1)
+
+    def logpdf(self, x, nat):
+        logp = log_softmax(self._eta(nat), axis=-1)
+        K = logp.shape[-1]
+        x = _labels(x, K, "Categorical.logpdf")
+        shape = np.broadcast_shapes(x.shape, logp.shape[:-1])
+        logp = np.broadcast_to(logp, shape + (K,))
+        idx = np.broadcast_to(x, shape)[..., None]
+        return np.take_along_axis(logp, idx, axis=-1)[..., 0]
+
+    def sample(self, nat, rng=None, size=None):
+        """Inverse-CDF draws; a zero-probability label is never returned."""
+        p = self._p(nat)
+        cdf = np.cumsum(p, axis=-1)
+        u = get_rng(rng).random(draw_shape(size, p.shape[:-1])) * cdf[..., -1]
+        return (cdf <= u[..., None]).sum(axis=-1).astype(np.int64)
+
+    def mean(self, nat):
+        return self._p(nat)
+
+    def var(self, nat):
+        p = self._p(nat)
+        return p * (1.0 - p)
+
+    def mode(self, nat):
+        eta = self._eta(nat)
+        K = eta.shape[-1]
+        return (np.argmax(eta, axis=-1)[..., None] == np.arange(K)).astype(float)
+
+    def to_scipy(self, nat):
+        """Frozen ``scipy.stats.rv_discrete`` on the labels 0..K-1."""
+        p = self._p(nat)
+        ks = np.arange(p.shape[-1])
+        return frozen(p.shape[:-1], lambda i: stats.rv_discrete(values=(ks, p[i]))())

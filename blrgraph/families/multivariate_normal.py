@@ -1,0 +1,134 @@
+"""Multivariate normal family N(x | m, L^{-1}) with mean m and precision matrix L.
+
+Parameterisation (Bishop 2006, §2.3; MATH.md §2.2): ``mean`` of shape
+plates + (D,), ``precision`` L = Sigma^{-1} of shape plates + (D, D), SPD.
+
+Exponential-family form (h = 1)::
+
+    T(x) = (x, x x^T),    lam = (L m, -L/2),    event_ndims = (1, 2)
+    A(lam) = m^T L m / 2 - log|L| / 2 + (D/2) log 2 pi
+           = -lam1^T lam2^{-1} lam1 / 4 - log|-2 lam2| / 2 + (D/2) log 2 pi
+    mu = (m, Sigma + m m^T)
+
+The matrix component's gradient treats all D^2 entries as independent
+(MATH.md §0); ``lam2`` is symmetrised before use. All linear algebra goes
+through one batched Cholesky factorisation of L per call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ExponentialFamily, broadcast_nat, check_spd, object_array
+from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
+                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym,
+                      _trace_prod)
+
+
+class MultivariateNormal(ExponentialFamily):
+    """N(x | mean, precision^{-1}): ``MultivariateNormal().natural_from_params(mean, precision)``.
+
+    See the module docstring (and MATH.md §2.2) for the natural parameters.
+    Extra method: :meth:`cov`.
+    """
+
+    name = "MultivariateNormal"
+    param_names = ("mean", "precision")
+    event_ndims = (1, 2)
+    value_ndim = 1
+
+    # ---- parameterisations -------------------------------------------------
+    def validate_params(self, mean, precision, where=None):
+        prefix = _prefix(self, where)
+        mean = np.asarray(mean, dtype=float)
+        if mean.ndim < 1:
+            raise ValueError(f"{prefix}: mean must have a trailing event axis of length D "
+                             f"(shape (..., D)), got a scalar; pass e.g. np.atleast_1d(mean)")
+        if not np.all(np.isfinite(mean)):
+            raise ValueError(f"{prefix}: mean must be finite")
+        precision = check_spd("precision", precision, prefix)
+        if mean.shape[-1] != precision.shape[-1]:
+            raise ValueError(f"{prefix}: mean has D = {mean.shape[-1]} but precision is "
+                             f"{precision.shape[-1]}x{precision.shape[-1]}; pass mean of shape "
+                             f"(..., D) and precision of shape (..., D, D) with the same D")
+        _check_broadcast(prefix, (mean.shape[:-1], "mean"), (precision.shape[:-2], "precision"))
+        return mean, precision
+
+    def natural_from_params(self, mean, precision):
+        mean = np.asarray(mean, dtype=float)
+        precision = np.asarray(precision, dtype=float)
+        d = precision.shape[-1]
+        plates = np.broadcast_shapes(mean.shape[:-1], precision.shape[:-2])
+        mean = np.broadcast_to(mean, plates + (d,))
+        precision = np.broadcast_to(precision, plates + (d, d))
+        return _matvec(precision, mean), -0.5 * precision
+
+    def _unpack(self, nat):
+        """-> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L."""
+        lam1, lam2 = broadcast_nat(nat, self.event_ndims)
+        prec = _sym(-2.0 * lam2)
+        c = _chol(prec, "-2 * lam2 (the precision)", self.name)
+        cov, ci = _inv_from_chol(c)
+        m = _matvec(cov, lam1)
+        return m, prec, cov, _chol_logdet(c), ci
+
+    def params_from_natural(self, nat):
+        m, prec, _, _, _ = self._unpack(nat)
+        return {"mean": m, "precision": prec}
+
+    # ---- exponential-family functions ---------------------------------------
+    def suff_stats(self, x):
+        x = np.asarray(x, dtype=float)
+        return x, _outer(x)
+
+    def log_partition(self, nat):
+        m, _, _, logdet_prec, _ = self._unpack(nat)
+        lam1 = np.broadcast_to(nat[0], m.shape)
+        d = m.shape[-1]
+        return 0.5 * np.sum(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
+
+    def mean_params(self, nat):
+        m, _, cov, _, _ = self._unpack(nat)
+        return m, cov + _outer(m)
+
+    def entropy(self, nat):
+        """H = (D/2)(1 + log 2 pi) - log|L| / 2."""
+        m, _, _, logdet_prec, _ = self._unpack(nat)
+        d = m.shape[-1]
+        return 0.5 * d * (1.0 + LOG2PI) - 0.5 * logdet_prec
+
+    def kl(self, nat1, nat2):
+        """KL = [tr(L2 S1) + (m2-m1)^T L2 (m2-m1) - D + log|L1| - log|L2|] / 2."""
+        m1, _, cov1, ld1, _ = self._unpack(nat1)
+        m2, prec2, _, ld2, _ = self._unpack(nat2)
+        d = m1.shape[-1]
+        diff = m2 - m1
+        return 0.5 * (_trace_prod(prec2, cov1) + _quad(prec2, diff) - d + ld1 - ld2)
+
+    def sample(self, nat, rng=None, size=None):
+        """x = m + c^{-T} z with c c^T = L; shape size + plates + (D,)."""
+        rng = _rng(rng)
+        m, _, _, _, ci = self._unpack(nat)
+        z = rng.standard_normal(_size_tuple(size) + m.shape)
+        return m + np.einsum("...ji,...j->...i", ci, z)
+
+    def mean(self, nat):
+        return self._unpack(nat)[0]
+
+    def cov(self, nat):
+        """Covariance matrix Sigma = L^{-1}, shape plates + (D, D)."""
+        return self._unpack(nat)[2]
+
+    def var(self, nat):
+        """Marginal variances diag(Sigma), shape plates + (D,)."""
+        return np.diagonal(self._unpack(nat)[2], axis1=-2, axis2=-1).copy()
+
+    def mode(self, nat):
+        return self._unpack(nat)[0]
+
+    def to_scipy(self, nat):
+        from scipy import stats
+        m, _, cov, _, _ = self._unpack(nat)
+        plates = m.shape[:-1]
+        if plates == ():
+            return stats.multivariate_normal(mean=m, cov=cov)
+        return object_array(plates, lambda i: stats.multivariate_normal(mean=m[i], cov=cov[i]))

@@ -1,0 +1,7 @@
+"""The factor graph: nodes, factors and their messages, plates, the Model."""
+from .deterministic import Dot, Gather
+from .model import Model
+from .node import Constant, Posterior, Stochastic
+from .nodes import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Exponential, Gamma, Mixture,
+                    Multinomial, MultivariateNormal, Normal, NormalGamma, NormalWishart, Poisson,
+                    Wishart)

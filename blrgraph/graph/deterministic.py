@@ -1,0 +1,99 @@
+"""Deterministic nodes: gathers (``node[idx]``) and linear predictors (``Dot``).
+
+A deterministic node publishes moments computed from its parent's moments and
+maps messages back (the adjoint): a gather scatters them with one sparse
+product, a dot product contracts them with the design matrix.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..families.normal import Normal as NormalFamily
+from .node import Node
+from .plates import Scatter, broadcast_plates, wsum
+
+
+class Deterministic(Node):
+    deterministic = True
+
+    def backward(self, msg, parent):
+        raise NotImplementedError
+
+
+class Gather(Deterministic):
+    """``source[idx]``: entries of the source's first plate axis picked by an integer array."""
+
+    def __init__(self, source, idx, name=None):
+        if isinstance(idx, tuple) or isinstance(idx, slice):
+            raise TypeError(f"{source.label()}[...]: index with one integer array "
+                            f"(e.g. theta[doc_ids]), not {idx!r}")
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"{source.label()}[idx]: idx must be an integer array, got dtype {idx.dtype}")
+        if not source.plates:
+            raise ValueError(f"{source.label()}[idx]: the node has no plates to gather from")
+        n = source.plates[0]
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"{source.label()}[idx]: indices must lie in 0..{n - 1}, "
+                             f"got range {idx.min()}..{idx.max()}")
+        super().__init__(name or f"{source.name}[idx]", idx.shape + source.plates[1:])
+        self.idx = idx
+        self.source = source
+        self.provides = source.provides
+        self.parents = [source]
+        source._add_child(self)
+        self._scatter = Scatter(idx, n)
+
+    def moments(self):
+        out = []
+        for m in self.source.moments():
+            m = np.broadcast_to(m, self.source.plates + np.shape(m)[np.ndim(m) - self._ev(m):])
+            out.append(np.take(m, self.idx, axis=0))
+        return tuple(out)
+
+    def _ev(self, m):
+        # event axes of a moment array = its dims beyond the plates
+        return max(np.ndim(m) - len(self.source.plates), 0)
+
+    def backward(self, msg, parent):
+        return tuple(self._scatter(np.broadcast_to(m, self.plates + np.shape(m)[len(self.plates):]),
+                                   self.idx.ndim) for m in msg)
+
+
+class Dot(Deterministic):
+    """a = X w: X an array (plates + (D,)), w a MultivariateNormal node.
+
+    Publishes Normal moments (E[a], E[a^2]) = (X E[w], diag(X E[w w^T] X^T));
+    a message (c1, c2) on a maps to (X^T c1, X^T diag(c2) X) on w."""
+
+    def __init__(self, X, w, name=None):
+        if isinstance(X, Node):
+            raise TypeError("Dot(X, w): X must be an array (the design matrix), w the node")
+        if not isinstance(w, Node) or type(getattr(w, "provides", None)).__name__ != "MultivariateNormal":
+            raise TypeError(f"Dot(X, w): w must be a MultivariateNormal node, got {w!r}")
+        X = np.asarray(X, dtype=float)
+        if X.ndim < 1 or not np.all(np.isfinite(X)):
+            raise ValueError(f"Dot(X, {w.name}): X must be a finite array of shape (..., D); "
+                             f"mask or impute missing covariates first")
+        D = np.shape(w.moments()[0])[-1]
+        super().__init__(name or f"dot({w.name})", broadcast_plates(X.shape[:-1], w.plates))
+        self.X = X
+        self.w = w
+        self.provides = NormalFamily()
+        self.parents = [w]
+        w._add_child(self)
+        if D != X.shape[-1]:
+            raise ValueError(f"Dot(X, {w.name}): X has {X.shape[-1]} columns but w has dimension {D}")
+
+    def moments(self):
+        m, mm = self.w.moments()
+        X = self.X
+        mean = np.einsum("...d,...d->...", X, m)
+        second = np.einsum("...d,...de,...e->...", X, mm, X, optimize=True)
+        return (mean, second)
+
+    def backward(self, msg, parent):
+        c1, c2 = msg
+        kw = dict(target_plates=parent.plates, full_plates=self.plates)
+        return (wsum(c1, self.X, subs=("A",), out="A", **kw),
+                wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))

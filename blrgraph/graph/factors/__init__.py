@@ -1,0 +1,1 @@
+"""Conditional factors, one module per kind (a rule table)."""

@@ -1,0 +1,128 @@
+"""The conditional-factor interface: p(x | parents) in terms of parents' moments.
+
+A factor answers four questions (MATH.md §3.1), all vectorised over plates:
+
+* ``prior_natural(u)``         E[eta(parents)]: the message to the child, and the
+                               child's lam0 contribution;
+* ``expected_log_partition(u)`` E[A(parents)];
+* ``expected_loglik(x, u)``    E[log p(x | parents)] per plate entry;
+* ``message(i, x, u, w, target)`` the message to parent slot i, grad of
+                               E[log p] with respect to that parent's mean
+                               parameters, summed with weights w over the
+                               child's plates down to the parent's plates.
+
+``u`` is the list of the parents' moment tuples (a constant parent is published
+as its slot family's T(value)); ``x`` is a :class:`~blrgraph.graph.node.ChildData`.
+One module per factor kind (a rule table); every reduction goes through
+``plates.wsum`` so plates, masks and counts are handled in one place.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...families.base import inner
+from ..node import Constant, Node
+from ..plates import broadcast_plates
+
+
+class Slot:
+    """A parent slot: its name, the family of moments it needs, and whether a
+    random parent is conjugate there."""
+
+    def __init__(self, name, family, random=True, kind="real"):
+        self.name = name
+        self.family = family
+        self.random = random
+        self.kind = kind  # what a constant must be: real, positive, spd, simplex, unit
+
+
+class Conditional:
+    """Base class of conditional factors."""
+
+    conjugate = True  # non-conjugate factors (NCVMP) set this False
+
+    def __init__(self, node, parents, slots, **fixed):
+        self.node = node
+        self.slots = list(slots)
+        self.fixed = fixed
+        self.parents = [self._wrap(p, s) for p, s in zip(parents, self.slots)]
+
+    def _wrap(self, p, slot):
+        if isinstance(p, Node):
+            if not slot.random:
+                raise TypeError(f"{self.node.label()}: parameter '{slot.name}' must be a number "
+                                f"or an array, not the node {p.label()} (no conjugate update exists "
+                                f"for a random {slot.name}; fix it, or use a point estimate)")
+            prov = getattr(p, "provides", None)
+            if prov is None or type(prov).__name__ != type(slot.family).__name__:
+                got = "a " + prov.name + " node" if prov is not None else "a node"
+                raise TypeError(f"{self.node.label()}: parameter '{slot.name}' is {p.label()} ({got}); "
+                                f"a conjugate parent here must be a {slot.family.name} node "
+                                f"(or a number/array)")
+            return p
+        try:
+            value = np.asarray(p, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"{self.node.label()}: parameter '{slot.name}' must be a number, an array "
+                            f"or a node, got {type(p).__name__}") from None
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"{self.node.label()}: parameter '{slot.name}' must be finite, got {p!r}")
+        self.validate_constant(slot, value)
+        return Constant(value, slot.family, name=f"{self.node.name}.{slot.name}")
+
+    def validate_constant(self, slot, value):
+        """Refuse invalid constant parameters with a ValueError naming the node."""
+        where = f"{self.node.label()}: parameter '{slot.name}'"
+        if slot.kind == "positive" and np.any(value <= 0):
+            raise ValueError(f"{where} must be > 0, got {value!r}")
+        if slot.kind == "unit" and np.any((value <= 0) | (value >= 1)):
+            raise ValueError(f"{where} must lie strictly between 0 and 1, got {value!r}")
+        if slot.kind == "simplex":
+            if value.ndim < 1 or np.any(value < 0) or not np.allclose(value.sum(-1), 1.0, atol=1e-8):
+                raise ValueError(f"{where} must be a probability vector (non-negative, summing to 1 "
+                                 f"on the last axis), got {value!r}")
+            if np.any(value == 0):
+                raise ValueError(f"{where} has zero probabilities; their log is -inf. Drop those "
+                                 f"categories or give them a small positive probability")
+        if slot.kind == "spd":
+            from ...families.base import check_spd
+            check_spd(slot.name, value, self.node.label())
+
+    def plates(self):
+        shapes = [p.plates for p in self.parents] + [self.fixed_plates()]
+        try:
+            return broadcast_plates(*shapes)
+        except ValueError:
+            desc = ", ".join(f"{s.name}: {p.plates}" for s, p in zip(self.slots, self.parents))
+            raise ValueError(f"{self.node.label()}: the parents' plates do not broadcast ({desc})") from None
+
+    def fixed_plates(self):
+        return ()
+
+    # ---- the four questions ----------------------------------------------------
+    def prior_natural(self, u):
+        raise NotImplementedError
+
+    def expected_log_partition(self, u):
+        raise NotImplementedError
+
+    def log_base_measure(self, x):
+        """log h(x) for data or a point; E_q[log h] for a latent child."""
+        fam = self.node.family
+        if x.value is not None:
+            return fam.log_base_measure(x.value)
+        if self.node.nat is not None and x.plates == self.node.plates:
+            return fam.expected_log_base_measure(self.node.nat)
+        return 0.0
+
+    def expected_loglik(self, x, u):
+        """<E eta, T(x)> - E[A] + log h(x) (E log h for a latent child is in its entropy)."""
+        fam = self.node.family
+        return inner(self.prior_natural(u), x.moments, fam.event_ndims) \
+            - self.expected_log_partition(u) + self.log_base_measure(x)
+
+    def message(self, i, x, u, w, target_plates):
+        raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")
+
+    def describe(self):
+        return f"{type(self).__name__} of {self.node.label()}"

@@ -1,0 +1,128 @@
+"""Gaussian factors: Normal and MultivariateNormal children (MATH.md §3.2).
+
+Parents are either mean-field (a Normal/MVN mean and a Gamma/Wishart precision)
+or one joint Normal-Gamma / Normal-Wishart node.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..plates import wsum
+from .base import Conditional
+
+LOG2PI = np.log(2.0 * np.pi)
+
+
+class NormalFactor(Conditional):
+    """x ~ N(mean, 1/precision); slots mean (Normal moments (m, m^2)),
+    precision (Gamma moments (log tau, tau))."""
+
+    def prior_natural(self, u):
+        (m1, _), (_, t) = u
+        return (t * m1, -0.5 * t)
+
+    def expected_log_partition(self, u):
+        (_, m2), (lt, t) = u
+        return 0.5 * t * m2 - 0.5 * lt + 0.5 * LOG2PI
+
+    def message(self, i, x, u, w, target):
+        (m1, m2), (_, t) = u
+        x1, x2 = x.moments
+        kw = dict(target_plates=target, full_plates=x.plates)
+        if i == 0:
+            return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
+        d2 = x2 - 2.0 * x1 * m1 + m2
+        return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
+
+
+class NormalGammaFactor(Conditional):
+    """x ~ N(mu, 1/tau) with (mu, tau) one Normal-Gamma node;
+    its moments are (E[tau mu], E[tau mu^2], E[tau], E[log tau])."""
+
+    def prior_natural(self, u):
+        (tm, _, t, _), = u
+        return (tm, -0.5 * t)
+
+    def expected_log_partition(self, u):
+        (_, tm2, _, lt), = u
+        return 0.5 * tm2 - 0.5 * lt + 0.5 * LOG2PI
+
+    def message(self, i, x, u, w, target):
+        x1, x2 = x.moments
+        kw = dict(target_plates=target, full_plates=x.plates)
+        n = wsum(w, **kw)
+        return (wsum(w, x1, **kw), -0.5 * n, -0.5 * wsum(w, x2, **kw), 0.5 * n)
+
+
+def _quad(x, L):
+    """x^T L x over broadcast plates."""
+    return np.einsum("...i,...ij,...j->...", x, L, x, optimize=True)
+
+
+class MultivariateNormalFactor(Conditional):
+    """x ~ N(mean, inv(precision)); slots mean (MVN moments (m, m m^T)),
+    precision (Wishart moments (Lambda, log|Lambda|))."""
+
+    def prior_natural(self, u):
+        (m1, _), (L, _) = u
+        return (np.einsum("...ij,...j->...i", L, m1), -0.5 * L)
+
+    def expected_log_partition(self, u):
+        (_, m2), (L, ld) = u
+        D = L.shape[-1]
+        return 0.5 * np.einsum("...ij,...ij->...", L, m2) - 0.5 * ld + 0.5 * D * LOG2PI
+
+    def expected_loglik(self, x, u):
+        if x.value is None:
+            return super().expected_loglik(x, u)
+        (m1, _), (L, _) = u
+        eta1 = np.einsum("...ij,...j->...i", L, m1)
+        return np.einsum("...i,...i->...", x.value, eta1) - 0.5 * _quad(x.value, L) \
+            - self.expected_log_partition(u)
+
+    def message(self, i, x, u, w, target):
+        (m1, m2), (L, _) = u
+        x1, x2 = x.moments
+        kw = dict(target_plates=target, full_plates=x.plates)
+        if i == 0:
+            return (wsum(w, L, x1, subs=("AB", "B"), out="A", **kw),
+                    -0.5 * wsum(w, L, subs=("AB",), out="AB", **kw))
+        if x.value is not None:
+            xx = wsum(w, x.value, x.value, subs=("A", "B"), out="AB", **kw)
+        else:
+            xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
+        cross = wsum(w, x1, m1, subs=("A", "B"), out="AB", **kw)
+        mm = wsum(w, m2, subs=("AB",), out="AB", **kw)
+        S = xx - cross - np.swapaxes(cross, -1, -2) + mm
+        return (-0.5 * S, 0.5 * wsum(w, **kw))
+
+
+class NormalWishartFactor(Conditional):
+    """x ~ N(mu, inv(Lambda)) with (mu, Lambda) one Normal-Wishart node; its
+    moments are (E[Lambda mu], E[mu^T Lambda mu], E[Lambda], E[log|Lambda|])."""
+
+    def prior_natural(self, u):
+        (Lm, _, L, _), = u
+        return (Lm, -0.5 * L)
+
+    def expected_log_partition(self, u):
+        (_, mLm, L, ld), = u
+        D = L.shape[-1]
+        return 0.5 * mLm - 0.5 * ld + 0.5 * D * LOG2PI
+
+    def expected_loglik(self, x, u):
+        if x.value is None:
+            return super().expected_loglik(x, u)
+        (Lm, _, L, _), = u
+        return np.einsum("...i,...i->...", x.value, Lm) - 0.5 * _quad(x.value, L) \
+            - self.expected_log_partition(u)
+
+    def message(self, i, x, u, w, target):
+        x1, x2 = x.moments
+        kw = dict(target_plates=target, full_plates=x.plates)
+        n = wsum(w, **kw)
+        if x.value is not None:
+            xx = wsum(w, x.value, x.value, subs=("A", "B"), out="AB", **kw)
+        else:
+            xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
+        return (wsum(w, x1, subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)

@@ -1,0 +1,267 @@
+"""Graph nodes: constants, stochastic (exponential-family) nodes, their posteriors.
+
+A node publishes *moments*: the mean parameters E[T(x)] of the family named by
+``node.provides`` (a family object). Stochastic nodes own a conditional factor
+(``graph/factors``) that knows p(x | parents) in terms of the parents' moments.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .plates import broadcast_plates
+
+_ids = itertools.count()
+
+
+class Node:
+    """Base class of every graph node."""
+
+    deterministic = False
+    stochastic = False
+
+    def __init__(self, name, plates):
+        self.id = next(_ids)
+        self.name = name if name is not None else f"{type(self).__name__.lower()}{self.id}"
+        self.plates = tuple(int(p) for p in plates)
+        self.parents = []
+        self.children = []
+        self.replicates = None  # counts of identical copies per plate entry (bag-of-words)
+
+    def label(self):
+        return f"{type(self).__name__} '{self.name}'"
+
+    def __repr__(self):
+        return f"<{self.label()} plates={self.plates}>"
+
+    def __getitem__(self, idx):
+        from .deterministic import Gather
+        return Gather(self, idx)
+
+    def moments(self):
+        raise NotImplementedError
+
+    def _add_child(self, child):
+        if child not in self.children:
+            self.children.append(child)
+
+
+class Constant(Node):
+    """A fixed value in a parent slot, published as the slot family's T(value)."""
+
+    def __init__(self, value, family, name=None):
+        value = np.asarray(value, dtype=float)
+        super().__init__(name or "constant", value.shape[: value.ndim - family.value_ndim])
+        self.value = value
+        self.provides = family
+        self._moments = family.suff_stats(value)
+
+    def moments(self):
+        return self._moments
+
+
+class ChildData:
+    """What a factor sees of its child: observed value and/or moments."""
+
+    __slots__ = ("value", "moments", "plates", "value_ndim")
+
+    def __init__(self, value, moments, plates, value_ndim):
+        self.value = value
+        self.moments = moments
+        self.plates = tuple(plates)
+        self.value_ndim = value_ndim
+
+    def expand(self, event_ndims):
+        """Insert a size-1 component axis after the plates (for mixtures)."""
+        def ins(a, k):
+            a = np.asarray(a)
+            return np.expand_dims(a, a.ndim - k)
+        value = None if self.value is None else ins(self.value, self.value_ndim)
+        moments = None if self.moments is None else tuple(
+            ins(m, k) for m, k in zip(self.moments, event_ndims))
+        return ChildData(value, moments, self.plates + (1,), self.value_ndim)
+
+
+class Posterior:
+    """The fitted q of a node, answering scipy.stats' questions.
+
+    ``mean``/``var`` have shape plates + event shape; ``params`` uses the node
+    constructor's parameter names; ``to_scipy()`` gives frozen scipy objects."""
+
+    def __init__(self, node):
+        self.node = node
+        self.family = node.family
+        self.natural = tuple(np.array(a) for a in node.nat)
+        self.is_point = node.point
+
+    @property
+    def mean_params(self):
+        """E[T(x)] (for a point mass: T at the point)."""
+        if self.is_point:
+            return self.family.suff_stats(self.point)
+        return self.family.mean_params(self.natural)
+
+    @property
+    def point(self):
+        return self.family.mode(self.natural)
+
+    @property
+    def mean(self):
+        if self.is_point:
+            return self.point
+        return self.family.mean(self.natural)
+
+    @property
+    def var(self):
+        if self.is_point:
+            m = self.point
+            return tuple(np.zeros_like(a) for a in m) if isinstance(m, tuple) else np.zeros_like(m)
+        return self.family.var(self.natural)
+
+    @property
+    def cov(self):
+        if not hasattr(self.family, "cov"):
+            raise AttributeError(f"{self.node.label()}: posterior.cov exists for vector nodes only")
+        return self.family.cov(self.natural)
+
+    @property
+    def params(self):
+        return self.family.params_from_natural(self.natural)
+
+    def to_scipy(self):
+        if self.is_point:
+            raise TypeError(f"{self.node.label()} is a point mass (EM); use posterior.point")
+        return self.family.to_scipy(self.natural)
+
+    def entropy(self):
+        return self.family.entropy(self.natural)
+
+    def __repr__(self):
+        kind = "point mass" if self.is_point else self.family.name
+        return f"<Posterior of {self.node.label()}: {kind}, plates={self.node.plates}>"
+
+
+class Stochastic(Node):
+    """A random variable with an exponential-family q (or a point mass, or data)."""
+
+    stochastic = True
+
+    def __init__(self, family, factor_cls, parents, slots, plates=None, name=None, **fixed):
+        self.family = family
+        self.provides = family
+        super().__init__(name, ())
+        self.factor = factor_cls(self, parents, slots, **fixed)
+        implied = self.factor.plates()
+        if plates is None:
+            plates = implied
+        else:
+            plates = tuple(np.atleast_1d(plates).astype(int)) if np.ndim(plates) else (int(plates),)
+            try:
+                full = broadcast_plates(implied, plates)
+            except ValueError:
+                raise ValueError(f"{self.label()}: plates={plates} do not broadcast with its "
+                                 f"parents' plates {implied}; give plates that extend them") from None
+            if full != plates:
+                raise ValueError(f"{self.label()}: plates={plates} are smaller than its parents' "
+                                 f"plates {implied}; use plates={full}")
+        self.plates = tuple(plates)
+        for p in self.factor.parents:
+            self.parents.append(p)
+            p._add_child(self)
+        self.observed = False
+        self.value = None
+        self.mask = None
+        self.weights = None
+        self.point = False
+        self.fitted = False
+        self._moments = None
+        self._obs_moments = None
+        self.nat = None
+        self.set_natural(self.prior_natural())  # q starts at the prior
+
+    # ---- data ---------------------------------------------------------------
+    def observe(self, data, mask=None, weights=None):
+        """Attach data; returns the node. ``mask`` marks observed entries (True =
+        observed), ``weights`` are counts of identical observations."""
+        from .data import prepare_observation
+        self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
+        self.observed = True
+        self.replicates = self.weights
+        self._obs_moments = None
+        return self
+
+    def child_data(self):
+        if self.observed:
+            if self._obs_moments is None:
+                self._obs_moments = self.family.suff_stats(self.value)
+            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim)
+        if self.point:
+            pt = self.family.mode(self.nat)
+            return ChildData(pt, self.family.suff_stats(pt), self.plates, self.family.value_ndim)
+        return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
+
+    def moments(self):
+        if self.observed:
+            return self.child_data().moments
+        if self._moments is None:
+            if self.point:
+                self._moments = self.family.suff_stats(self.family.mode(self.nat))
+            else:
+                self._moments = self.family.mean_params(self.nat)
+        return self._moments
+
+    def set_natural(self, nat):
+        self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
+        self._moments = None
+
+    @property
+    def posterior(self):
+        if self.observed:
+            raise AttributeError(f"{self.label()} is observed; it has data, not a posterior")
+        if not self.fitted:
+            raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
+        return Posterior(self)
+
+    # ---- messages -----------------------------------------------------------
+    def message_weight(self, parent):
+        """Per-entry weight of this node's messages to ``parent``: mask x counts
+        (counts are left out when the parent stands for the same copies)."""
+        w = self.mask
+        if self.replicates is not None and parent.replicates is not self.replicates:
+            w = self.replicates if w is None else w * self.replicates
+        return w
+
+    def message_to(self, parent):
+        """Sum of this node's messages to ``parent`` (over every slot it fills),
+        reduced to ``parent.plates``, in the parent's T coordinates."""
+        u = [p.moments() for p in self.factor.parents]
+        x = self.child_data()
+        w = self.message_weight(parent)
+        total = None
+        for i, p in enumerate(self.factor.parents):
+            if p is parent:
+                m = self.factor.message(i, x, u, w, parent.plates)
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        return total
+
+    def prior_natural(self):
+        u = [p.moments() for p in self.factor.parents]
+        nat = self.factor.prior_natural(u)
+        return tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
+                     for a, k in zip(nat, self.family.event_ndims))
+
+    def elbo_term(self):
+        """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent)."""
+        u = [p.moments() for p in self.factor.parents]
+        x = self.child_data()
+        ll = self.factor.expected_loglik(x, u)
+        if not self.observed and not self.point:
+            ll = ll + self.family.entropy(self.nat)
+        ll = np.broadcast_to(ll, self.plates)
+        w = self.mask
+        if self.replicates is not None:
+            w = self.replicates if w is None else w * self.replicates
+        if w is not None:
+            ll = np.where(w != 0, ll, 0.0) * w
+        return float(np.sum(ll))

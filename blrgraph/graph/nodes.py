@@ -1,0 +1,224 @@
+"""The public node classes (DESIGN.md): each picks its family and its factor.
+
+Every constructor argument may be a number, an array or a conjugate parent
+node; ``plates=`` replicates the node (numpy broadcasting), ``name=`` names it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..families.bernoulli import Bernoulli as BernoulliFamily
+from ..families.beta import Beta as BetaFamily
+from ..families.binomial import Binomial as BinomialFamily
+from ..families.categorical import Categorical as CategoricalFamily
+from ..families.dirichlet import Dirichlet as DirichletFamily
+from ..families.exponential import Exponential as ExponentialFamily
+from ..families.gamma import Gamma as GammaFamily
+from ..families.multinomial import Multinomial as MultinomialFamily
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal import Normal as NormalFamily
+from ..families.normal_gamma import NormalGamma as NormalGammaFamily
+from ..families.normal_wishart import NormalWishart as NormalWishartFamily
+from ..families.poisson import Poisson as PoissonFamily
+from ..families.wishart import Wishart as WishartFamily
+from .factors.base import Slot
+from .factors.binary import BernoulliFactor, BinomialFactor
+from .factors.categorical import CategoricalFactor, MultinomialFactor
+from .factors.fixed import FixedPrior
+from .factors.gaussian import (MultivariateNormalFactor, NormalFactor, NormalGammaFactor,
+                               NormalWishartFactor)
+from .factors.mixture import MixtureFactor
+from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
+from .node import Node, Stochastic
+
+
+def _is_node(x, family_name=None):
+    return isinstance(x, Node) and (family_name is None or
+                                    type(getattr(x, "provides", None)).__name__ == family_name)
+
+
+def _positive_fixed(cls, name, value, what):
+    v = np.asarray(value, dtype=float) if not isinstance(value, Node) else None
+    if v is None:
+        raise TypeError(f"{cls} '{name}': {what} must be a number or an array (a random {what} "
+                        f"has no conjugate update; fix it or use a point estimate with fit('em'))")
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise ValueError(f"{cls} '{name}': {what} must be finite and > 0, got {value!r}")
+    return v
+
+
+class _Public(Stochastic):
+    """Shared constructor: ``_spec`` returns (family, factor class, parents, slots, fixed)."""
+
+    def __init__(self, *args, plates=None, name=None, **kw):
+        self._pending_name = name
+        family, factor, parents, slots, fixed = self._spec(*args, name=name, **kw)
+        super().__init__(family, factor, parents, slots, plates=plates, name=name, **fixed)
+
+
+class Normal(_Public):
+    """Normal(mean, precision): scalar Gaussian; or Normal(theta) with one NormalGamma parent."""
+
+    @classmethod
+    def _spec(cls, mean, precision=None, name=None):
+        if precision is None:
+            if not _is_node(mean, "NormalGamma"):
+                raise TypeError(f"Normal '{name}': give Normal(mean, precision), or Normal(theta) with "
+                                f"theta a NormalGamma node")
+            return NormalFamily(), NormalGammaFactor, [mean], [Slot("theta", NormalGammaFamily())], {}
+        return (NormalFamily(), NormalFactor, [mean, precision],
+                [Slot("mean", NormalFamily()), Slot("precision", GammaFamily(), kind="positive")], {})
+
+
+class MultivariateNormal(_Public):
+    """MultivariateNormal(mean, precision): vector Gaussian (precision = inverse covariance);
+    or MultivariateNormal(theta) with one NormalWishart parent."""
+
+    @classmethod
+    def _spec(cls, mean, precision=None, name=None):
+        if precision is None:
+            if not _is_node(mean, "NormalWishart"):
+                raise TypeError(f"MultivariateNormal '{name}': give MultivariateNormal(mean, precision), "
+                                f"or MultivariateNormal(theta) with theta a NormalWishart node")
+            return MVNFamily(), NormalWishartFactor, [mean], [Slot("theta", NormalWishartFamily())], {}
+        if not _is_node(mean) and np.ndim(mean) < 1:
+            raise ValueError(f"MultivariateNormal '{name}': mean must be a vector (shape (..., D)), "
+                             f"got {mean!r}")
+        return (MVNFamily(), MultivariateNormalFactor, [mean, precision],
+                [Slot("mean", MVNFamily()), Slot("precision", WishartFamily(), kind="spd")], {})
+
+
+class Gamma(_Public):
+    """Gamma(shape, rate): shape a (fixed), rate b (number or Gamma node); mean a/b."""
+
+    @classmethod
+    def _spec(cls, shape, rate, name=None):
+        a = _positive_fixed("Gamma", name, shape, "shape")
+        return (GammaFamily(), GammaFactor, [rate], [Slot("rate", GammaFamily(), kind="positive")],
+                {"shape": a})
+
+
+class Exponential(_Public):
+    """Exponential(rate): rate a number or a Gamma node."""
+
+    @classmethod
+    def _spec(cls, rate, name=None):
+        return (ExponentialFamily(), ExponentialFactor, [rate],
+                [Slot("rate", GammaFamily(), kind="positive")], {})
+
+
+class Poisson(_Public):
+    """Poisson(rate): rate a number or a Gamma node. (``log_rate=`` is non-conjugate.)"""
+
+    @classmethod
+    def _spec(cls, rate=None, name=None, log_rate=None):
+        if log_rate is not None:
+            from .factors.nonconjugate import poisson_log_link_spec
+            return poisson_log_link_spec(log_rate, name)
+        if rate is None:
+            raise TypeError(f"Poisson '{name}': give rate or log_rate=")
+        return (PoissonFamily(), PoissonFactor, [rate], [Slot("rate", GammaFamily(), kind="positive")], {})
+
+
+class Bernoulli(_Public):
+    """Bernoulli(p): p a probability or a Beta node. (``logits=`` is non-conjugate.)"""
+
+    @classmethod
+    def _spec(cls, p=None, name=None, logits=None):
+        if logits is not None:
+            from .factors.nonconjugate import bernoulli_logit_spec
+            return bernoulli_logit_spec(logits, name)
+        if p is None:
+            raise TypeError(f"Bernoulli '{name}': give p or logits=")
+        return (BernoulliFamily(), BernoulliFactor, [p], [Slot("p", BetaFamily(), kind="unit")], {})
+
+
+class Binomial(_Public):
+    """Binomial(n, p): n trials (fixed), p a probability or a Beta node."""
+
+    @classmethod
+    def _spec(cls, n, p, name=None):
+        n = np.asarray(n)
+        if isinstance(n, Node) or np.any(n < 0) or np.any(n != np.round(n)):
+            raise ValueError(f"Binomial '{name}': n must be non-negative integers, got {n!r}")
+        return (BinomialFamily(n), BinomialFactor, [p], [Slot("p", BetaFamily(), kind="unit")],
+                {"n": n})
+
+
+class Categorical(_Public):
+    """Categorical(p): values 0..K-1; p a probability vector or a Dirichlet node."""
+
+    @classmethod
+    def _spec(cls, p=None, name=None, logits=None):
+        if logits is not None:
+            from .factors.nonconjugate import categorical_logit_spec
+            return categorical_logit_spec(logits, name)
+        return (CategoricalFamily(), CategoricalFactor, [p],
+                [Slot("p", DirichletFamily(), kind="simplex")], {})
+
+
+class Multinomial(_Public):
+    """Multinomial(n, p): count vectors summing to n; p a probability vector or a Dirichlet node."""
+
+    @classmethod
+    def _spec(cls, n, p, name=None):
+        n = np.asarray(n)
+        if np.any(n < 0) or np.any(n != np.round(n)):
+            raise ValueError(f"Multinomial '{name}': n must be non-negative integers, got {n!r}")
+        return (MultinomialFamily(n), MultinomialFactor, [p],
+                [Slot("p", DirichletFamily(), kind="simplex")], {"n": n})
+
+
+def _fixed(family):
+    def spec(cls, *params, name=None):
+        for p in params:
+            if isinstance(p, Node):
+                raise TypeError(f"{cls.__name__} '{name}': its parameters must be numbers or arrays "
+                                f"(got the node {p.label()}); no conjugate update exists for them")
+        return family, FixedPrior, list(params), [], {}
+    return classmethod(spec)
+
+
+class Beta(_Public):
+    """Beta(a, b) with fixed a, b > 0."""
+    _spec = _fixed(BetaFamily())
+
+
+class Dirichlet(_Public):
+    """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories)."""
+    _spec = _fixed(DirichletFamily())
+
+
+class Wishart(_Public):
+    """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention)."""
+    _spec = _fixed(WishartFamily())
+
+
+class NormalGamma(_Public):
+    """NormalGamma(mean, beta, shape, rate): mu | tau ~ N(mean, 1/(beta tau)), tau ~ Gamma(shape, rate)."""
+    _spec = _fixed(NormalGammaFamily())
+
+
+class NormalWishart(_Public):
+    """NormalWishart(mean, beta, dof, scale): mu | L ~ N(mean, inv(beta L)), L ~ Wishart(dof, scale)."""
+    _spec = _fixed(NormalWishartFamily())
+
+
+class Mixture(Stochastic):
+    """Mixture(z, Family, *component_params): x | z=k ~ Family(component k's parameters).
+
+    The K components are the last plate axis of the component parameters; z is a
+    Categorical node with K categories."""
+
+    def __init__(self, z, family_cls, *component_params, plates=None, name=None, **kw):
+        if not (isinstance(family_cls, type) and issubclass(family_cls, _Public)):
+            raise TypeError(f"Mixture '{name}': the second argument must be a node class such as "
+                            f"bg.MultivariateNormal, got {family_cls!r}")
+        family, factor, parents, slots, fixed = family_cls._spec(*component_params, name=name, **kw)
+        if factor is FixedPrior:
+            raise TypeError(f"Mixture '{name}': components of {family_cls.__name__} would have only "
+                            f"fixed parameters; give them parent nodes")
+        super().__init__(family, MixtureFactor, [z] + list(parents),
+                         [Slot("z", CategoricalFamily())] + list(slots), plates=plates, name=name,
+                         component=factor, component_slots=slots, **fixed)
+        self.component_class = family_cls

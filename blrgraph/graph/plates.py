@@ -1,0 +1,141 @@
+"""Plates, weights and reductions: handled here once, for every factor.
+
+Plates broadcast like numpy (right-aligned). A message from a child to a parent
+is a sum over the child's plate entries of ``weight * term``; the sums below
+reduce directly to the parent's plate shape without materialising the
+broadcast product (einsum with size-1 axes squeezed, so BLAS does the work).
+"""
+from __future__ import annotations
+
+import string
+
+import numpy as np
+import scipy.sparse as sp
+
+
+
+def broadcast_plates(*shapes):
+    """numpy broadcasting of plate shapes, with an error that names the shapes."""
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise ValueError(f"plate shapes {', '.join(map(str, shapes))} do not broadcast") from None
+
+
+def plates_of(arr, event_ndim):
+    """Plate shape of an array with ``event_ndim`` trailing event axes."""
+    shape = np.shape(arr)
+    return tuple(shape[: len(shape) - event_ndim])
+
+
+def _labels(shape, n_plate, plate_letters, event_letters):
+    """einsum labels for an operand: size-1 plate axes are squeezed away."""
+    nd = len(shape) - len(event_letters)
+    lab, keep = [], []
+    off = n_plate - nd
+    for j in range(nd):
+        if shape[j] != 1:
+            lab.append(plate_letters[off + j])
+            keep.append(j)
+    lab.extend(event_letters)
+    return "".join(lab), keep
+
+
+def _squeeze(arr, keep, n_event):
+    nd = arr.ndim - n_event
+    shape = [arr.shape[j] for j in keep] + list(arr.shape[nd:])
+    return arr.reshape(shape)
+
+
+def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None):
+    """Sum over plate entries of ``weights * (product of terms)``, reduced to ``target_plates``.
+
+    Parameters
+    ----------
+    weights : array or None
+        Plate-shaped weights (mask x counts x responsibilities); None means 1.
+    terms : arrays
+        Each with shape (plates, broadcastable) + event axes.
+    subs : tuple of str
+        einsum letters (upper case) of each term's event axes, e.g.
+        ``wsum(w, L, x, subs=("AB", "B"), out="A")`` is sum_n w_n L_n x_n and
+        ``wsum(w, x, x, subs=("A", "B"), out="AB")`` is sum_n w_n x_n x_n^T.
+        Default: every term is plate-only (no event axes).
+    out : str
+        Event letters of the result.
+    target_plates : tuple
+        The receiving node's plate shape (right-aligned against the child's plates).
+    full_plates : tuple or None
+        The child's full plate shape, needed when no operand spans an axis that is
+        summed over (the sum then multiplies by the axis length).
+
+    Plate axes of size 1 are squeezed before einsum, so broadcasting never
+    materialises the full product and einsum's optimiser can call BLAS.
+    """
+    if subs is None:
+        subs = ("",) * len(terms)
+    ops = [] if weights is None else [(np.asarray(weights, dtype=float), "")]
+    ops += [(np.asarray(t, dtype=float), s) for t, s in zip(terms, subs)]
+    plate_shapes = [a.shape[: a.ndim - len(s)] for a, s in ops]
+    if full_plates is not None:
+        plate_shapes.append(tuple(full_plates))
+    plate_shapes.append(tuple(target_plates))
+    full = broadcast_plates(*plate_shapes)
+    n = len(full)
+    if n > 26:
+        raise ValueError("too many plate axes")
+    target = (1,) * (n - len(target_plates)) + tuple(target_plates)
+    plate_letters = string.ascii_lowercase[:n]
+    in_subs, arrays = [], []
+    for a, s in ops:
+        lab, keep = _labels(a.shape, n, plate_letters, s)
+        in_subs.append(lab)
+        arrays.append(_squeeze(a, keep, len(s)))
+    present = set("".join(in_subs))
+    out_plate = "".join(plate_letters[j] for j in range(n) if target[j] != 1 and plate_letters[j] in present)
+    factor = 1.0
+    for j in range(n):
+        if plate_letters[j] not in present and target[j] == 1:
+            factor *= full[j]
+    if arrays:
+        res = np.einsum(",".join(in_subs) + "->" + out_plate + out, *arrays, optimize=True)
+    else:
+        res = np.asarray(1.0)
+    if factor != 1.0:
+        res = res * factor
+    lead = n - len(target_plates)
+    shape_plate = tuple(full[j] if (target[j] != 1 and plate_letters[j] in present) else 1
+                        for j in range(lead, n))
+    res = np.reshape(res, shape_plate + np.shape(res)[len(out_plate):])
+    if shape_plate != tuple(target_plates):
+        res = np.broadcast_to(res, tuple(target_plates) + res.shape[len(shape_plate):]).copy()
+    return res
+
+
+def reduce_to(term, event_ndim, target_plates, weights=None):
+    """Sum ``weights * term`` over the plate axes the target does not have."""
+    ev = string.ascii_uppercase[:event_ndim]
+    return wsum(weights, term, subs=(ev,), out=ev, target_plates=target_plates)
+
+
+class Scatter:
+    """Scatter-add from gathered entries back to the source's first plate axis.
+
+    Built once per gather as a sparse (n_source, n_gathered) 0/1 matrix, so the
+    adjoint of ``x[idx]`` is one sparse matrix product (O(nnz))."""
+
+    def __init__(self, idx, n_source):
+        idx = np.asarray(idx).ravel()
+        self.shape_idx = np.shape(idx)
+        self.n_source = n_source
+        self.matrix = sp.csr_matrix((np.ones(idx.size), (idx, np.arange(idx.size))),
+                                    shape=(n_source, idx.size))
+
+    def __call__(self, msg, idx_ndim):
+        """msg has shape idx.shape + rest; returns (n_source,) + rest."""
+        msg = np.asarray(msg)
+        lead = msg.shape[:idx_ndim]
+        rest = msg.shape[idx_ndim:]
+        flat = msg.reshape((int(np.prod(lead)), -1))
+        out = self.matrix @ flat
+        return np.asarray(out).reshape((self.n_source,) + rest)

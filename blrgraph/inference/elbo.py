@@ -1,0 +1,22 @@
+"""The ELBO, assembled per node (MATH.md §3.1):
+sum over factors of E_q[log f] plus the entropies of the non-point latent nodes.
+With point masses (EM) it is the lower bound on log p(data, points) of MATH.md §5."""
+from __future__ import annotations
+
+import math
+
+
+def elbo(model):
+    total = 0.0
+    for node in model.stochastic:
+        term = node.elbo_term()
+        if not math.isfinite(term):
+            raise FloatingPointError(f"the ELBO term of {node.label()} is {term}; "
+                                     f"check its data and priors")
+        total += term
+    return total
+
+
+def elbo_by_node(model):
+    """{node name: its ELBO contribution}; useful to see which part dominates."""
+    return {node.name: node.elbo_term() for node in model.stochastic}

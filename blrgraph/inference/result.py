@@ -1,0 +1,27 @@
+"""FitResult: what a fit reports."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class FitResult:
+    """``elbo`` (float; for ``"conjugate"`` the exact log evidence; for ``"em"`` the
+    bound on log p(data, points)), ``elbo_trace`` (one value per iteration),
+    ``n_iter``, ``converged``, ``method``."""
+
+    elbo: float
+    elbo_trace: np.ndarray
+    n_iter: int
+    converged: bool
+    method: str
+    model: object = field(repr=False, default=None)
+    objective: str = "elbo"
+    estimate: bool = False  # SVI: the ELBO is a stochastic estimate
+
+    def __repr__(self):
+        est = " (estimate)" if self.estimate else ""
+        return (f"FitResult(method={self.method!r}, {self.objective}={self.elbo:.10g}{est}, "
+                f"n_iter={self.n_iter}, converged={self.converged})")
