@@ -312,7 +312,7 @@ def family_params(draw):
     return name, params
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(family_params())
 def test_params_natural_round_trip(case):
     name, params = case

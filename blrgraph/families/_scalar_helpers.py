@@ -12,7 +12,7 @@ from scipy.special import gammaln
 from .base import object_array
 
 # Half-width (in standard deviations, plus a constant) of the window of
-# integers summed by :func:`expected_over_counts`.  The tails beyond it are
+# integers summed by :func:`_count_window`.  The tails beyond it are
 # far below double precision for binomial and Poisson laws.
 _WINDOW_SD = 20.0
 _WINDOW_PAD = 20.0
@@ -84,13 +84,11 @@ def simplex_mode(alpha):
     return np.where(pos, c / np.where(pos, s, 1.0), fallback)
 
 
-def expected_over_counts(logpmf, mean, sd, fn, upper=None):
-    """E[fn(k)] for an integer-valued k >= 0 with the given log-pmf.
+def _count_window(mean, sd, upper=None):
+    """Integers k (trailing axis) covering ``mean +- (20 sd + 20)``, clipped to [0, upper].
 
-    Sums over the window ``mean +- (20 sd + 20)`` (clipped to [0, upper]),
-    vectorised over the broadcast shape of ``mean``/``sd``/``upper``.
-    ``logpmf(k)`` receives k with a trailing window axis (already clipped to the
-    support) and must broadcast against ``mean[..., None]``."""
+    Returns (k, inside): k is clipped to the window's last point where ``inside``
+    is False, so it can be fed to a log-pmf without leaving the support."""
     mean, sd = np.broadcast_arrays(np.asarray(mean, dtype=float), np.asarray(sd, dtype=float))
     if upper is not None:
         mean, sd, upper = np.broadcast_arrays(mean, sd, np.asarray(upper, dtype=float))
@@ -101,15 +99,35 @@ def expected_over_counts(logpmf, mean, sd, fn, upper=None):
     width = int(np.max(hi - lo, initial=0.0)) + 1
     k = lo[..., None] + np.arange(width)
     inside = k <= hi[..., None]
-    kc = np.minimum(k, hi[..., None])
-    lp = logpmf(kc)
+    return np.minimum(k, hi[..., None]), inside
+
+
+def _weights(logpmf, k, inside):
+    lp = logpmf(k)
     with np.errstate(under="ignore"):
-        w = np.where(inside, np.exp(lp), 0.0)
-    return np.sum(w * fn(kc), axis=-1)
+        return lp, np.where(inside, np.exp(lp), 0.0)
 
 
-def log_factorial(k):
-    return gammaln(np.asarray(k, dtype=float) + 1.0)
+def expected_log_factorial(logpmf, mean, sd, upper=None):
+    """E[log k!] for an integer-valued k >= 0 with the given log-pmf.
+
+    Summed over the window of :func:`_count_window`, vectorised over the
+    broadcast shape of ``mean``/``sd``/``upper``; ``logpmf(k)`` receives k with
+    a trailing window axis.  The sum is centred at log(floor(mean))! and
+    normalised by the summed pmf, so rounding in the pmf (relative error about
+    eps * n log n) is not multiplied by the large log k! values."""
+    k, inside = _count_window(mean, sd, upper)
+    _, w = _weights(logpmf, k, inside)
+    c = gammaln(np.floor(np.asarray(mean, dtype=float)) + 1.0)
+    c = np.broadcast_to(c, k.shape[:-1])
+    return c + np.sum(w * (gammaln(k + 1.0) - c[..., None]), axis=-1) / np.sum(w, axis=-1)
+
+
+def entropy_over_counts(logpmf, mean, sd, upper=None):
+    """-sum_k pmf(k) log pmf(k) over the window of :func:`_count_window`."""
+    k, inside = _count_window(mean, sd, upper)
+    lp, w = _weights(logpmf, k, inside)
+    return -np.sum(xmul(w, lp), axis=-1)
 
 
 # ---------------------------------------------------------------------------
@@ -227,20 +245,36 @@ def binomial_logpmf(k, n, logp, logq):
             + xmul(k, logp) + xmul(n - k, logq))
 
 
-def binomial_expected_log_factorial(n, logp, logq):
-    """E[log k!] for k ~ Bin(n, p), vectorised over the broadcast shape of the inputs."""
+def _binomial_args(n, logp, logq):
     n, logp, logq = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(logp, dtype=float),
                                         np.asarray(logq, dtype=float))
     p, q = np.exp(logp), np.exp(logq)
-    return expected_over_counts(
-        lambda k: binomial_logpmf(k, n[..., None], logp[..., None], logq[..., None]),
-        n * p, np.sqrt(n * p * q), log_factorial, upper=n)
+    return ((lambda k: binomial_logpmf(k, n[..., None], logp[..., None], logq[..., None])),
+            n * p, np.sqrt(n * p * q), n)
+
+
+def binomial_expected_log_factorial(n, logp, logq):
+    """E[log k!] for k ~ Bin(n, p), vectorised over the broadcast shape of the inputs."""
+    return expected_log_factorial(*_binomial_args(n, logp, logq))
+
+
+def binomial_entropy(n, logp, logq):
+    """Entropy of Bin(n, p) by direct summation."""
+    return entropy_over_counts(*_binomial_args(n, logp, logq))
+
+
+def _poisson_args(rate):
+    rate = np.asarray(rate, dtype=float)
+    logr = np.log(rate)
+    return ((lambda k: k * logr[..., None] - rate[..., None] - gammaln(k + 1.0)),
+            rate, np.sqrt(rate))
 
 
 def poisson_expected_log_factorial(rate):
     """E[log k!] for k ~ Poisson(rate), rate > 0."""
-    rate = np.asarray(rate, dtype=float)
-    logr = np.log(rate)
-    return expected_over_counts(
-        lambda k: k * logr[..., None] - rate[..., None] - gammaln(k + 1.0),
-        rate, np.sqrt(rate), log_factorial)
+    return expected_log_factorial(*_poisson_args(rate))
+
+
+def poisson_entropy(rate):
+    """Entropy of Poisson(rate) by direct summation of -pmf log pmf."""
+    return entropy_over_counts(*_poisson_args(rate))

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
-from scipy.special import entr, expit, gammaln, log_expit, logit, rel_entr
+from scipy.special import expit, gammaln, log_expit, logit, rel_entr
 
 from .base import ExponentialFamily, plates_of
-from ._scalar_helpers import (as_nat, binomial_expected_log_factorial, binomial_logpmf, check_count,
-                              check_probability, draw_shape, frozen, get_rng, split_count_params)
+from ._scalar_helpers import (as_nat, binomial_entropy, binomial_expected_log_factorial,
+                              binomial_logpmf, check_count, check_probability, draw_shape, frozen,
+                              get_rng, split_count_params)
 
 
 class Binomial(ExponentialFamily):
@@ -89,9 +90,9 @@ class Binomial(ExponentialFamily):
                 - binomial_expected_log_factorial(n, log_expit(-eta), log_expit(eta)))
 
     def entropy(self, nat):
+        # direct -sum pmf log pmf (equal to n H_Bernoulli - E[log h] without its cancellation)
         eta = self._eta(nat)
-        return (self._nf * (entr(expit(eta)) + entr(expit(-eta)))
-                - self.expected_log_base_measure(nat))
+        return binomial_entropy(self._nf, log_expit(eta), log_expit(-eta))
 
     def kl(self, nat1, nat2):
         e1, e2 = self._eta(nat1), self._eta(nat2)

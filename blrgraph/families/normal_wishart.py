@@ -136,7 +136,7 @@ class NormalWishart(ExponentialFamily):
         d = m.shape[-1]
         el = self._elogdet(nu, ldw, d)
         h_w = self._wishart_a(nu, ldw, d) - 0.5 * (nu - d - 1.0) * el + 0.5 * nu * d
-        return h_w + 0.5 * d * (1.0 + LOG2PI) - 0.5 * d * np.log(beta)
+        return h_w + 0.5 * d * (1.0 + LOG2PI) - 0.5 * d * np.log(beta) - 0.5 * el
 
     def kl(self, nat1, nat2):
         """Closed form (MATH.md §2.7): (D/2) log(b1/b2) - D/2

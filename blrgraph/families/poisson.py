@@ -7,9 +7,10 @@ h(x) = 1/x! (not constant),
 
     A(lam) = e^lam = r,   mu = (r,),
     H = r (1 - log r) + E[log x!],   E[log h] = -E[log x!]
-        (the series is summed over the window r +- (20 sqrt(r) + 20), where the
-        neglected tail is below double precision; each term is
-        exp(k log r - r - log k!) log k!, so nothing overflows),
+        (series summed over the window r +- (20 sqrt(r) + 20), where the
+        neglected tail is below double precision; each term uses
+        exp(k log r - r - log k!), so nothing overflows.  H itself is summed as
+        -sum pmf log pmf, which avoids the cancellation of the two r log r terms),
     KL(r1 || r2) = r1 log(r1/r2) - r1 + r2.
 
 Mean = variance = r; mode floor(r) (r itself and r - 1 tie when r is an integer).
@@ -24,7 +25,7 @@ from scipy import stats
 from scipy.special import gammaln
 
 from .base import ExponentialFamily
-from ._scalar_helpers import (as_nat, check_positive, draw_shape, frozen, get_rng,
+from ._scalar_helpers import (as_nat, check_positive, draw_shape, frozen, get_rng, poisson_entropy,
                               poisson_expected_log_factorial)
 
 
@@ -66,9 +67,9 @@ class Poisson(ExponentialFamily):
         return -poisson_expected_log_factorial(np.exp(self._eta(nat)))
 
     def entropy(self, nat):
-        eta = self._eta(nat)
-        r = np.exp(eta)
-        return r * (1.0 - eta) + poisson_expected_log_factorial(r)
+        # direct -sum pmf log pmf: the closed form r(1 - log r) + E[log x!] cancels
+        # two numbers of size r log r for large r
+        return poisson_entropy(np.exp(self._eta(nat)))
 
     def kl(self, nat1, nat2):
         e1, e2 = self._eta(nat1), self._eta(nat2)

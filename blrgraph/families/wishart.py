@@ -26,8 +26,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import digamma, multigammaln
 
-from .base import (ExponentialFamily, broadcast_nat, check_positive, check_spd,
-                   object_array)
+from .base import ExponentialFamily, broadcast_nat, check_spd, object_array
 
 LOG2 = np.log(2.0)
 LOG2PI = np.log(2.0 * np.pi)

@@ -19,11 +19,12 @@ class Model:
             if not isinstance(n, Node):
                 raise TypeError(f"Model(...) takes nodes, got {n!r}")
         g = nx.DiGraph()
-        stack = list(nodes)
+        stack, seen = list(nodes), set()
         while stack:
             n = stack.pop()
-            if n in g:
+            if n in seen:
                 continue
+            seen.add(n)
             g.add_node(n)
             for p in n.parents:
                 if isinstance(p, Constant):

@@ -25,7 +25,7 @@ from .factors.base import Slot
 from .factors.binary import BernoulliFactor, BinomialFactor
 from .factors.categorical import CategoricalFactor, MultinomialFactor
 from .factors.fixed import FixedPrior
-from .factors.gaussian import (MultivariateNormalFactor, NormalFactor, NormalGammaFactor,
+from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor, NormalGammaFactor,
                                NormalWishartFactor)
 from .factors.mixture import MixtureFactor
 from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
@@ -84,6 +84,9 @@ class MultivariateNormal(_Public):
         if not _is_node(mean) and np.ndim(mean) < 1:
             raise ValueError(f"MultivariateNormal '{name}': mean must be a vector (shape (..., D)), "
                              f"got {mean!r}")
+        if _is_node(precision, "Gamma"):
+            return (MVNFamily(), DiagonalGammaFactor, [mean, precision],
+                    [Slot("mean", MVNFamily()), Slot("precision", GammaFamily())], {})
         return (MVNFamily(), MultivariateNormalFactor, [mean, precision],
                 [Slot("mean", MVNFamily()), Slot("precision", WishartFamily(), kind="spd")], {})
 

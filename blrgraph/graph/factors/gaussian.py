@@ -126,3 +126,60 @@ class NormalWishartFactor(Conditional):
         else:
             xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
         return (wsum(w, x1, subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)
+
+
+class DiagonalGammaFactor(Conditional):
+    """x ~ N(mean, diag(tau)^-1) with tau a Gamma node (isotropic or ARD precision).
+
+    The Gamma node's last plate axis lines up with the vector's event axis:
+    plates () give one tau for every coordinate (isotropic), plates (D,) one per
+    coordinate (ARD), plates (K, 1) / (K, D) one per component."""
+
+    def _tau(self, u):
+        lt, t = u[1]
+        D = np.shape(u[0][0])[-1]
+        if np.ndim(t) == 0:
+            t, lt = np.full(D, t), np.full(D, lt)
+        return np.asarray(lt), np.asarray(t)
+
+    def plates(self):
+        from ..plates import broadcast_plates
+        tp = self.parents[1].plates
+        try:
+            return broadcast_plates(self.parents[0].plates, tp[:-1] if tp else ())
+        except ValueError:
+            raise ValueError(f"{self.node.label()}: mean plates {self.parents[0].plates} and the "
+                             f"precision's plates {tp} (last axis = coordinates) do not broadcast") from None
+
+    def prior_natural(self, u):
+        (m1, _), _ = u
+        _, t = self._tau(u)
+        diag = np.zeros(np.shape(t) + (np.shape(t)[-1],))
+        idx = np.arange(np.shape(t)[-1])
+        diag[..., idx, idx] = t
+        return (t * m1, -0.5 * diag)
+
+    def expected_log_partition(self, u):
+        (_, m2), _ = u
+        lt, t = self._tau(u)
+        D = np.shape(m2)[-1]
+        m2d = np.diagonal(m2, axis1=-2, axis2=-1)
+        return 0.5 * np.sum(t * m2d, -1) - 0.5 * np.sum(lt, -1) + 0.5 * D * LOG2PI
+
+    def message(self, i, x, u, w, target):
+        (m1, m2), _ = u
+        _, t = self._tau(u)
+        x1, x2 = x.moments
+        if i == 0:
+            kw = dict(target_plates=target, full_plates=x.plates)
+            diag = wsum(w, t, subs=("A",), out="A", **kw)
+            D = diag.shape[-1]
+            M = np.zeros(diag.shape + (D,))
+            M[..., np.arange(D), np.arange(D)] = diag
+            return (wsum(w, t, x1, subs=("A", "A"), out="A", **kw), -0.5 * M)
+        # to tau: the coordinate axis is a plate axis of the Gamma node
+        xxd = np.diagonal(x2, axis1=-2, axis2=-1) if x.value is None else np.asarray(x.value) ** 2
+        d2 = xxd - 2.0 * x1 * m1 + np.diagonal(m2, axis1=-2, axis2=-1)
+        kw = dict(target_plates=target, full_plates=x.plates + (np.shape(d2)[-1],))
+        ww = None if w is None else np.asarray(w)[..., None]
+        return (0.5 * wsum(ww, **kw), -0.5 * wsum(ww, d2, **kw))
