@@ -12,35 +12,43 @@ def _add(a, b):
     return tuple(x + y for x, y in zip(a, b))
 
 
-def incoming(model, node):
+def message_from(model, child, node):
+    """The message from one child (a deterministic child passes on what it receives)."""
+    if child.deterministic:
+        m = incoming(model, child)
+        return None if m is None else child.backward(m, node)
+    return child.message_to(node)
+
+
+def incoming(model, node, scale=None):
     """Sum of the messages from ``node``'s children (through deterministic nodes),
-    in node's T coordinates, reduced to node's plates."""
+    in node's T coordinates, reduced to node's plates. ``scale(child)`` multiplies
+    a child's message (SVI: N/|B| for the minibatch children)."""
     total = None
     for c in model.children[node]:
-        if c.deterministic:
-            m = incoming(model, c)
-            if m is not None:
-                m = c.backward(m, node)
-        else:
-            m = c.message_to(node)
+        m = message_from(model, c, node)
+        if m is not None and scale is not None:
+            s = scale(c)
+            if s != 1.0:
+                m = tuple(s * a for a in m)
         total = _add(total, m)
     return total
 
 
-def blr_target(model, node):
+def blr_target(model, node, scale=None):
     """lam0 + sum of messages: the coordinate-ascent target (rho = 1)."""
     target = node.prior_natural()
-    msg = incoming(model, node)
+    msg = incoming(model, node, scale)
     if msg is not None:
         target = tuple(np.broadcast_to(a, np.shape(m)) + m if np.shape(m) != np.shape(a) else a + m
                        for a, m in zip(target, msg))
     return target
 
 
-def blr_step(model, node, rho=1.0, iteration=None):
+def blr_step(model, node, rho=1.0, iteration=None, scale=None):
     """One BLR update of ``node``. A point-mass node (EM) stores the target; its
     moments are then T at the target's mode (the MAP M-step)."""
-    target = blr_target(model, node)
+    target = blr_target(model, node, scale)
     if rho == 1.0 or node.point:
         new = target
     else:
