@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.deterministic import Gather
 from ..graph.factors.mixture import MixtureFactor
+from ..graph.node import Constant, Node
 from .blr import blr_step
 from .elbo import elbo
 from .methods import get_method
@@ -29,21 +31,62 @@ def check_method(model, cfg):
 
 
 def resolve_points(model, cfg, point):
+    """The point-mass (MAP, delta-method) nodes: ``point=`` (nodes or names), or for
+    a method whose default is "global" (EM) every latent node that neither carries
+    the data axis (see :func:`data_local`) nor is a mixture assignment."""
     if point is None:
         if cfg.default_point == "global":
-            data_plates = {n.plates for n in model.observed}
-            return [n for n in model.latent if n.plates not in data_plates
-                    and not _is_assignment(model, n)]
+            local = data_local(model)
+            return [n for n in model.latent if n not in local and not _is_assignment(model, n)]
         return []
+    if isinstance(point, (str, Node)):
+        point = [point]
     out = []
     for p in point:
         n = model[p] if isinstance(p, str) else p
         if n not in model.latent:
             raise ValueError(f"point=: {p!r} is not a latent node of this model")
-        if not hasattr(n.family, "mode"):
-            raise ValueError(f"point=: {n.label()} has no mode")
-        out.append(n)
+        try:
+            n.family.mode(n.prior_natural())
+        except NotImplementedError:
+            raise ValueError(f"point=: {n.label()} has no mode ({n.family.name}); it cannot be a "
+                             f"point mass") from None
+        if n not in out:
+            out.append(n)
     return out
+
+
+def data_local(model):
+    """Latent nodes that carry the data axis: the first plate axis of an observed node,
+    followed up through the parents (numpy broadcasting aligns plates on the right; a
+    mixture's component parameters drop their last, component, axis; a gather
+    ``source[idx]`` whose index axes hold the data axis makes the source's first axis
+    local, as theta[doc_ids] in LDA). EM keeps these as distributions (E-step); the
+    rest are parameters (M-step)."""
+    seen = set()
+    stack = [(o, 0) for o in model.observed if o.plates and o.plates[0] != 1]
+    local = set()
+    while stack:
+        c, i = stack.pop()
+        if (c, i) in seen:
+            continue
+        seen.add((c, i))
+        if c.stochastic and not c.observed:
+            local.add(c)
+        size = c.plates[i]
+        if isinstance(c, Gather):
+            j = 0 if i < c.idx.ndim else i - c.idx.ndim + 1
+            stack.append((c.source, j))
+            continue
+        mixture = c.stochastic and isinstance(c.factor, MixtureFactor)
+        for k, p in enumerate(c.parents):
+            if isinstance(p, Constant):
+                continue
+            plates = p.plates[:-1] if (mixture and k > 0) else p.plates
+            j = i - (len(c.plates) - len(plates))
+            if j >= 0 and plates[j] == size:
+                stack.append((p, j))
+    return local
 
 
 def _is_assignment(model, n):
@@ -51,17 +94,76 @@ def _is_assignment(model, n):
                for c in model.children[n] if c.stochastic)
 
 
-def initialize(model, rng):
+INITS = ("random", "kmeans++")
+
+
+def initialize(model, rng, init="random"):
     """q at the prior, in topological order; mixture assignments at random
-    responsibilities (breaks the symmetry between components; ``seed`` fixes it)."""
+    responsibilities, Dirichlet(1) draws (breaks the symmetry between components;
+    ``seed`` fixes it), or with ``init="kmeans++"`` one-hot responsibilities to the
+    nearest of K data points seeded as in k-means++ (Arthur & Vassilvitskii 2007)."""
+    if init not in INITS:
+        raise ValueError(f"init={init!r}: choose one of {list(INITS)}")
     for n in model.latent:
         n.set_natural(n.prior_natural())
     for n in model.latent:
         if _is_assignment(model, n):
             K = n.nat[0].shape[-1]
-            r = rng.dirichlet(np.ones(K), size=n.plates)
+            if init == "kmeans++":
+                r = _kmeanspp_responsibilities(model, n, K, rng)
+            else:
+                r = rng.dirichlet(np.ones(K), size=n.plates)
             n.set_natural((np.log(np.maximum(r, 1e-300)),))
         n.fitted = False
+
+
+def _kmeanspp_responsibilities(model, z, K, rng):
+    """One-hot responsibilities: each data point goes to the nearest of K seeds drawn
+    by k-means++ (first uniformly, then with probability proportional to the squared
+    distance to the nearest seed so far; counts weight the draws). The features are the
+    first sufficient statistic of the observed mixture child (x itself for Normal,
+    MultivariateNormal, Poisson, Bernoulli, Multinomial; one-hot for Categorical)."""
+    data = [c for c in model.children[z] if c.stochastic and c.observed
+            and isinstance(c.factor, MixtureFactor) and c.factor.parents[0] is z]
+    if not data:
+        raise ValueError(f"init='kmeans++': mixture assignment {z.label()} has no observed "
+                         f"Mixture child to seed from; use init='random'")
+    y = data[0]
+    if y.plates != z.plates:
+        raise ValueError(f"init='kmeans++': {y.label()} has plates {y.plates} but the assignments "
+                         f"{z.label()} have plates {z.plates}; use init='random'")
+    t1 = np.asarray(y.moments()[0], dtype=float)
+    n = int(np.prod(z.plates))
+    X = t1.reshape((n, -1))
+    w = np.ones(n)
+    if y.mask is not None:
+        w = w * np.broadcast_to(y.mask, z.plates).reshape(n)
+    if y.replicates is not None:
+        w = w * np.broadcast_to(y.replicates, z.plates).reshape(n)
+    if np.count_nonzero(w) < K:
+        raise ValueError(f"init='kmeans++': {y.label()} has fewer than K={K} observed entries")
+    centres = np.empty((K, X.shape[1]))
+    centres[0] = X[rng.choice(n, p=w / w.sum())]
+    d2 = np.sum((X - centres[0]) ** 2, axis=1)
+    for k in range(1, K):
+        p = w * d2
+        if p.sum() <= 0:  # fewer distinct points than components: draw among the observed
+            p = w
+        centres[k] = X[rng.choice(n, p=p / p.sum())]
+        d2 = np.minimum(d2, np.sum((X - centres[k]) ** 2, axis=1))
+    dist = (np.sum(X ** 2, 1)[:, None] - 2.0 * X @ centres.T + np.sum(centres ** 2, 1)[None, :])
+    r = np.zeros((n, K))
+    r[np.arange(n), np.argmin(dist, axis=1)] = 1.0
+    r[w == 0] = 1.0 / K  # unobserved entries carry no information
+    return r.reshape(z.plates + (K,))
+
+
+def first_sweep_order(model, schedule):
+    """The first sweep updates the mixture assignments after every other node, so the
+    first M-step (or VMP update of the parameters) sees the symmetry-breaking
+    initial responsibilities instead of assignments recomputed from the prior."""
+    assign = [n for n in schedule if _is_assignment(model, n)]
+    return [n for n in schedule if n not in assign] + assign
 
 
 def node_rho(model, node, cfg, rho):
@@ -87,7 +189,7 @@ def _stochastic_children(model, node):
 
 
 def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=None,
-        progress=False, point=None, rho=None, **options):
+        progress=False, point=None, rho=None, init=None, **options):
     """Fit ``model`` by ``method`` ("conjugate", "vmp", "ncvmp", "em", "svi").
 
     Parameters
@@ -97,26 +199,38 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     seed : int or None, random initialisation of mixture assignments.
     callback : callable(iteration, elbo) -> bool, return True to stop.
     progress : bool, show a tqdm progress bar (if tqdm is installed).
-    point : list of nodes or names that are point masses (MAP, delta method).
+    point : list of nodes or names that are point masses (MAP, delta method); for
+        "em" the default is every latent node without the data axis (the parameters).
     rho : float, step size (damping) for nodes with non-conjugate messages.
+    init : "random" (Dirichlet(1) responsibilities; default) or "kmeans++" (one-hot
+        responsibilities to k-means++ seeds): how mixture assignments start
+        ("svi" defaults to "kmeans++" on its first minibatch).
+
+    Until its first update a point-mass node publishes its prior expectations (q is
+    the prior, as in VMP), not T(prior mode): a prior mode on the boundary (a Wishart
+    with dof D + 1 has mode 0) would otherwise feed a degenerate value to the first
+    sweep. The first sweep updates the mixture assignments last (see
+    :func:`first_sweep_order`). The objective is the ELBO, or with point masses the
+    lower bound on log p(data, points) (docs/em.md); the callback may read
+    ``node.posterior`` of the current iterate.
     """
     cfg = get_method(method)
     if cfg.stochastic:
         from .svi import fit_svi
         return fit_svi(model, cfg, max_iter=max_iter, tol=tol, seed=seed, callback=callback,
-                       progress=progress, point=point, rho=rho, **options)
+                       progress=progress, point=point, rho=rho, init=init, **options)
     if options:
         raise TypeError(f"fit({cfg.name!r}) got unexpected options {sorted(options)}")
     check_method(model, cfg)
     points = set(resolve_points(model, cfg, point))
     for n in model.latent:
-        n.point = n in points
+        n.point = False  # point masses publish their prior expectations until first updated
     if max_iter is None:
         max_iter = 1 if cfg.one_pass else 1000
     if max_iter < 1:
         raise ValueError("max_iter must be >= 1")
     rng = np.random.default_rng(seed)
-    initialize(model, rng)
+    initialize(model, rng, "random" if init is None else init)
     rhos = {n: node_rho(model, n, cfg, rho) for n in model.schedule}
     trace = []
     converged = False
@@ -124,8 +238,12 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     it = 0
     try:
         for it in range(1, max_iter + 1):
-            for n in model.schedule:
+            for n in (first_sweep_order(model, model.schedule) if it == 1 else model.schedule):
+                if it == 1 and n in points:
+                    n.point = True
                 blr_step(model, n, rhos[n], iteration=it)
+            for n in model.latent:
+                n.fitted = True  # the callback may read node.posterior of this iterate
             L = elbo(model)
             trace.append(L)
             if bar is not None:
@@ -143,6 +261,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
         if bar is not None:
             bar.close()
     for n in model.latent:
+        n.point = n in points
         n.fitted = True
     objective = "em_bound" if points else "elbo"
     res = FitResult(elbo=trace[-1], elbo_trace=np.asarray(trace), n_iter=it, converged=converged,
