@@ -130,6 +130,19 @@ class Model:
         from ..inference.fit import fit  # the graph layer does not import inference at load
         return fit(self, method, **options)
 
+    def save(self, path):
+        """Write every latent node's posterior (natural parameters) and the fit state
+        (SVI step counter, RNG state) to ``path`` (.npz with JSON metadata, no pickle)."""
+        from ..inference.checkpoint import save
+        return save(self, path)
+
+    def load(self, path):
+        """Restore a checkpoint written by :meth:`save` for a model declared the same
+        way; ``fit("svi", resume=True)`` then continues the run exactly. A corrupt file
+        or one of another model raises ValueError and leaves this model unchanged."""
+        from ..inference.checkpoint import load
+        return load(self, path)
+
     def __repr__(self):
         return (f"<Model: {len(self.latent)} latent, {len(self.observed)} observed nodes: "
                 f"{', '.join(n.name for n in self.stochastic)}>")

@@ -127,9 +127,12 @@ class Restriction:
                 if n.observed:
                     state.update(value=n.value, mask=n.mask, weights=n.weights,
                                  _obs_moments=n._obs_moments)
-                    n.value = cut(n.value, rows)
-                    n.mask = cut(n.mask, rows)
-                    n.weights = cut(n.weights, rows)
+                    if n.source is not None:
+                        n.value, n.mask, n.weights = n.read_batch(rows)
+                    else:
+                        n.value = cut(n.value, rows)
+                        n.mask = cut(n.mask, rows)
+                        n.weights = cut(n.weights, rows)
                     n._obs_moments = None
                 else:
                     n.nat = tuple(np.broadcast_to(a, state["plates"] + np.shape(a)[np.ndim(a) - k:])[rows]
@@ -212,6 +215,19 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     if not 1 <= batch_size <= N:
         raise ValueError(f"fit('svi'): batch_size must be between 1 and N = {N}, got {batch_size}")
     per_epoch = math.ceil(N / batch_size)
+    streamed = [n for n in model.observed if n.source is not None]
+    # in-memory data: a fresh permutation of the rows each epoch; a memory-mapped
+    # file: contiguous blocks in random order (O(N / batch_size) memory, sequential
+    # reads); a Stream: blocks in arrival order
+    if any(n.source.sequential for n in streamed):
+        mode = "sequential"
+    elif streamed:
+        mode = "blocks"
+    else:
+        mode = "shuffle"
+    if streamed and any(n not in axis.links for n in streamed):
+        raise ValueError(f"fit('svi'): streamed data must lie on the data axis of "
+                         f"{axis.root.label()}")
     if max_iter is not None and max_steps is None:
         max_steps = max_iter
     if max_steps is None:
@@ -239,10 +255,22 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     bar = _progress(progress, max_steps - t, "svi")
     try:
         while t < max_steps:
-            if perm is None or pos >= N:
-                perm, pos = rng.permutation(N), 0
-            b = perm[pos: pos + batch_size]
-            pos += len(b)
+            if perm is None or pos >= len(perm):
+                n_blocks = math.ceil(N / batch_size)
+                if mode == "shuffle":
+                    perm = rng.permutation(N)
+                elif mode == "blocks":
+                    perm = rng.permutation(n_blocks)
+                else:
+                    perm = np.arange(n_blocks)
+                pos = 0
+            if mode == "shuffle":
+                b = perm[pos: pos + batch_size]
+                pos += len(b)
+            else:
+                start = int(perm[pos]) * batch_size
+                b = np.arange(start, min(start + batch_size, N))
+                pos += 1
             t += 1
             scale = N / len(b)
             with Restriction(axis, b) as batch:
@@ -277,7 +305,7 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
                        "batch_over": axis.root.name}
     for n in axis.global_latent:
         n.fitted = True
-    if final_local_pass:
+    if final_local_pass and not streamed:
         _fill_locals(model, axis, batch_size, local_iters, local_tol)
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=t, converged=False, method="svi", model=model,

@@ -29,7 +29,7 @@ class MixtureFactor(Conditional):
             raise ValueError(f"{node.label()}: the component parameters have no plates; put the "
                              f"K components on their last plate axis (e.g. plates=(K,))")
         self.K = cplates[-1]
-        Kz = z.moments()[0].shape[-1]
+        Kz = (z.nat if getattr(z, "nat", None) is not None else z.moments())[0].shape[-1]
         if Kz != self.K:
             raise ValueError(f"{node.label()}: z '{z.name}' has {Kz} categories but the component "
                              f"parameters have {self.K} entries on their last plate axis")
