@@ -286,7 +286,7 @@ def family_params(draw):
     name = draw(st.sampled_from(list(FAMILIES)))
     plates = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
     d = draw(st.integers(1, 3))
-    fl = dict(allow_nan=False, allow_infinity=False)
+    fl = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
     def spd():
         diag = draw(hnp.arrays(float, plates + (d,), elements=st.floats(0.2, 3.0, **fl)))

@@ -155,6 +155,23 @@ def test_entropy_matches_scipy(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_mean_and_var_match_scipy(name):
+    plates = (2, 3)
+    case, fam, params, nat, _ = setup(name, plates, seed=10)
+    m, v = fam.mean(nat), fam.var(nat)
+    for idx in np.ndindex(*plates):
+        if name == "Categorical":   # one-hot representation
+            p = params[0][idx]
+            ref_m, ref_v = p, p * (1 - p)
+        else:
+            dist = case.scipy(fam, params, plates, idx)
+            ref_m = dist.mean()
+            ref_v = np.diag(dist.cov()) if name == "Multinomial" else dist.var()
+        assert_allclose(m[idx], ref_m, rtol=1e-12)
+        assert_allclose(v[idx], ref_v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_entropy_equals_generic_identity(name):
     """Closed form / series vs H = A - <lam, mu> - E[log h] (base-class default)."""
     _, fam, _, nat, _ = setup(name, (4,), seed=3)

@@ -62,15 +62,26 @@ class Constant(Node):
 
 
 class ChildData:
-    """What a factor sees of its child: observed value and/or moments."""
+    """What a factor sees of its child: observed value and/or moments.
 
-    __slots__ = ("value", "moments", "plates", "value_ndim")
+    ``moments`` may be computed lazily (``make_moments``): an observed
+    Categorical child is used through its labels, and its one-hot T(x)
+    (entries x K, e.g. tokens x vocabulary) is only built if a factor asks."""
 
-    def __init__(self, value, moments, plates, value_ndim):
+    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim")
+
+    def __init__(self, value, moments, plates, value_ndim, make_moments=None):
         self.value = value
-        self.moments = moments
+        self._moments = moments
+        self._make = make_moments
         self.plates = tuple(plates)
         self.value_ndim = value_ndim
+
+    @property
+    def moments(self):
+        if self._moments is None and self._make is not None:
+            self._moments = self._make()
+        return self._moments
 
     def expand(self, event_ndims):
         """Insert a size-1 component axis after the plates (for mixtures)."""
@@ -78,8 +89,11 @@ class ChildData:
             a = np.asarray(a)
             return np.expand_dims(a, a.ndim - k)
         value = None if self.value is None else ins(self.value, self.value_ndim)
-        moments = None if self.moments is None else tuple(
-            ins(m, k) for m, k in zip(self.moments, event_ndims))
+        if self._moments is None and self._make is not None:
+            return ChildData(value, None, self.plates + (1,), self.value_ndim, make_moments=lambda: tuple(
+                ins(m, k) for m, k in zip(self.moments, event_ndims)))
+        moments = None if self._moments is None else tuple(
+            ins(m, k) for m, k in zip(self._moments, event_ndims))
         return ChildData(value, moments, self.plates + (1,), self.value_ndim)
 
 
@@ -146,6 +160,10 @@ class Stochastic(Node):
     """A random variable with an exponential-family q (or a point mass, or data)."""
 
     stochastic = True
+    # True: q's starting point (the prior) is computed on first use, not at construction.
+    # A Mixture's prior natural parameters sum_k r_k eta_k are built as plates x K x event
+    # (tokens x topics x vocabulary for LDA) and an observed mixture never needs them.
+    defer_prior = False
 
     def __init__(self, family, factor_cls, parents, slots, plates=None, name=None, **fixed):
         self.family = family
@@ -156,7 +174,7 @@ class Stochastic(Node):
         if plates is None:
             plates = implied
         else:
-            plates = tuple(np.atleast_1d(plates).astype(int)) if np.ndim(plates) else (int(plates),)
+            plates = tuple(int(p) for p in np.atleast_1d(plates)) if np.ndim(plates) else (int(plates),)
             try:
                 full = broadcast_plates(implied, plates)
             except ValueError:
@@ -170,6 +188,7 @@ class Stochastic(Node):
             self.parents.append(p)
             p._add_child(self)
         self.observed = False
+        self.source = None
         self.value = None
         self.mask = None
         self.weights = None
@@ -178,33 +197,62 @@ class Stochastic(Node):
         self._moments = None
         self._obs_moments = None
         self.nat = None
-        self.set_natural(self.prior_natural())  # q starts at the prior
+        if not self.defer_prior:
+            self.set_natural(self.prior_natural())  # q starts at the prior
 
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):
         """Attach data; returns the node. ``mask`` marks observed entries (True =
-        observed), ``weights`` are counts of identical observations."""
+        observed), ``weights`` are counts of identical observations. A memory-mapped
+        array or a :class:`~blrgraph.graph.stream.Stream` is read batch by batch
+        (``fit("svi")``), so memory does not grow with the number of rows."""
         from .data import prepare_observation
-        self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
+        from .stream import as_source
+        self.source = as_source(data)
+        if self.source is not None:
+            if mask is not None or weights is not None:
+                raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
+                                 f"mark missing values as NaN-free chunks or load the data")
+            shape = self.source.shape
+            vnd = self.family.value_ndim
+            self.plates = tuple(shape[: len(shape) - vnd])
+            self.value, self.mask, self.weights = None, None, None
+        else:
+            self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
         return self
 
+    def read_batch(self, rows):
+        """Validated data of entries ``rows`` of the first plate axis (streamed data)."""
+        from .data import prepare_observation
+        return prepare_observation(self, self.source.read(rows), None, None)
+
     def child_data(self):
         if self.observed:
-            if self._obs_moments is None:
-                self._obs_moments = self.family.suff_stats(self.value)
-            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim)
+            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
+                             make_moments=self._observed_moments)
         if self.point:
             pt = self.family.mode(self.nat)
             return ChildData(pt, self.family.suff_stats(pt), self.plates, self.family.value_ndim)
         return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
 
+    def _observed_moments(self):
+        """T(data), built on first use (a Categorical takes K from its parent)."""
+        if self._obs_moments is None:
+            if type(self.family).__name__ == "Categorical" and self.family.K is None:
+                self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
+            else:
+                self._obs_moments = self.family.suff_stats(self.value)
+        return self._obs_moments
+
     def moments(self):
         if self.observed:
-            return self.child_data().moments
+            return self._observed_moments()
         if self._moments is None:
+            if self.nat is None:
+                self.set_natural(self.prior_natural())
             if self.point:
                 self._moments = self.family.suff_stats(self.family.mode(self.nat))
             else:

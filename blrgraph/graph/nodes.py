@@ -213,6 +213,8 @@ class Mixture(Stochastic):
     The K components are the last plate axis of the component parameters; z is a
     Categorical node with K categories."""
 
+    defer_prior = True  # see Stochastic.defer_prior
+
     def __init__(self, z, family_cls, *component_params, plates=None, name=None, **kw):
         if not (isinstance(family_cls, type) and issubclass(family_cls, _Public)):
             raise TypeError(f"Mixture '{name}': the second argument must be a node class such as "

@@ -46,17 +46,53 @@ def blr_target(model, node, scale=None):
 
 
 def blr_step(model, node, rho=1.0, iteration=None, scale=None):
-    """One BLR update of ``node``. A point-mass node (EM) stores the target; its
-    moments are then T at the target's mode (the MAP M-step)."""
+    """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
+    of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
+    M-step). With rho < 1 (SVI, damping) a point mass averages those natural
+    parameters, i.e. its expected sufficient statistics: online EM (MATH.md §5)."""
     target = blr_target(model, node, scale)
-    if rho == 1.0 or node.point:
+    if rho == 1.0:
         new = target
     else:
         new = tuple((1.0 - rho) * a + rho * t for a, t in zip(node.nat, target))
+    at = f" at iteration {iteration}" if iteration is not None else ""
     for a in new:
         if not np.all(np.isfinite(a)):
-            at = f" at iteration {iteration}" if iteration is not None else ""
             raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
                                      f"parameters{at}; check the data scale and the priors")
+    r = rho
+    for _ in range(MAX_HALVINGS):  # PD safeguard (MATH.md §4.4): backtrack rho
+        if precision_is_pd(node, new):
+            break
+        r *= 0.5
+        new = tuple((1.0 - r) * a + r * t for a, t in zip(node.nat, target))
+    else:
+        if not precision_is_pd(node, new):
+            raise FloatingPointError(f"the update of {node.label()}{at} gives a precision that is "
+                                     f"not positive definite even with rho halved {MAX_HALVINGS} "
+                                     f"times ({rho} -> {r:g}): a factor sends an indefinite "
+                                     f"expected Hessian; use a log-concave likelihood or a "
+                                     f"stronger prior")
     node.set_natural(new)
     return new
+
+
+MAX_HALVINGS = 30
+
+
+def precision_is_pd(node, nat):
+    """Is a Gaussian node's precision -2 lam2 positive definite? (True for other families.)
+
+    ``blr_step`` halves rho until it is: a non-log-concave factor (a Potential, say)
+    can send an indefinite E[hessian]. Conjugate targets are always PD, so this never
+    changes a conjugate update."""
+    fam = type(node.family).__name__
+    if fam == "Normal":
+        return bool(np.all(-2.0 * np.asarray(nat[1]) > 0))
+    if fam == "MultivariateNormal":
+        P = -2.0 * np.asarray(nat[1])
+        try:
+            np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
+        except np.linalg.LinAlgError:
+            return False
+    return True

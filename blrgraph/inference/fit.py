@@ -14,6 +14,12 @@ from .result import FitResult
 
 def check_method(model, cfg):
     """Refuse a method the model does not fit, naming the node and the way forward."""
+    if not cfg.stochastic:
+        for n in model.observed:
+            if getattr(n, "source", None) is not None:
+                raise ValueError(f"fit({cfg.name!r}): {n.label()} observes streamed data (a memory-"
+                                 f"mapped array or Stream); fit it with fit('svi'), which reads it "
+                                 f"batch by batch, or load the data into memory")
     if not cfg.nonconjugate:
         for n in model.stochastic:
             if not n.factor.conjugate:

@@ -17,7 +17,7 @@ class FixedPrior(Conditional):
         self.parents = []
         self.fixed = fixed
         fam = node.family
-        params = fam.validate_params(*parents, where=f"{type(node).__name__} '{node.name}'")
+        params = fam.validate_params(*parents, where=node.name)
         self.nat0 = tuple(np.asarray(a, dtype=float) for a in fam.natural_from_params(*params))
         self.A0 = fam.log_partition(self.nat0)
 
