@@ -72,7 +72,19 @@ class Categorical(ExponentialFamily):
         return as_nat(nat, 1)[0]
 
     def _p(self, nat):
-        return softmax(self._eta(nat), axis=-1)
+        return self._softmax(self._eta(nat))[1]
+
+    @staticmethod
+    def _softmax(eta):
+        """(log p, p) by the max-shift log-sum-exp, in numpy (faster than scipy's)."""
+        eta = np.asarray(eta, dtype=float)
+        m = np.max(eta, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        shifted = eta - m
+        p = np.exp(shifted)
+        s = p.sum(axis=-1, keepdims=True)
+        p /= s
+        return shifted - np.log(s), p
 
     # ---- exponential-family functions -------------------------------------
     def suff_stats(self, x, K=None):
@@ -90,7 +102,8 @@ class Categorical(ExponentialFamily):
         return (self._p(nat),)
 
     def entropy(self, nat):
-        return entr(self._p(nat)).sum(axis=-1)
+        logp, p = self._softmax(self._eta(nat))
+        return -np.sum(p * np.where(p > 0, logp, 0.0), axis=-1)
 
     def kl(self, nat1, nat2):
         return rel_entr(self._p(nat1), self._p(nat2)).sum(axis=-1)

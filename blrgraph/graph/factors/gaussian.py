@@ -59,6 +59,36 @@ def _quad(x, L):
     return np.einsum("...i,...ij,...j->...", x, L, x, optimize=True)
 
 
+def _mixture_layout(x, L):
+    """Data rows (N, 1, D) against K component matrices (K, D, D): the layout of a
+    Gaussian mixture, where a loop over K of BLAS products beats any broadcast."""
+    return (np.ndim(x) == 3 and np.shape(x)[1] == 1 and np.ndim(L) == 3) or \
+        (np.ndim(x) == 2 and np.ndim(L) == 2)
+
+
+def _lin_quad(x, eta1, L):
+    """x . eta1 - x^T L x / 2 per entry (data x, natural parameters eta1 = E[L mu], L)."""
+    if _mixture_layout(x, L):
+        X = x.reshape(x.shape[0], -1)
+        if L.ndim == 2:
+            return X @ eta1 - 0.5 * np.einsum("nd,nd->n", X @ L, X)
+        out = X @ eta1.T
+        for k in range(L.shape[0]):
+            out[:, k] -= 0.5 * np.einsum("nd,nd->n", X @ L[k], X)
+        return out
+    return np.einsum("...i,...i->...", x, eta1) - 0.5 * _quad(x, L)
+
+
+def _weighted_outer(w, x, target, full):
+    """sum_n w_n x_n x_n^T reduced to ``target`` plates (mixture layout: one
+    weighted Gram matrix per component, computed by BLAS)."""
+    if (w is not None and np.ndim(w) == 2 and np.ndim(x) == 3 and np.shape(x)[1] == 1
+            and tuple(target) == (np.shape(w)[1],) and np.shape(w)[0] == np.shape(x)[0]):
+        X = x[:, 0, :]
+        return np.stack([(X * w[:, k, None]).T @ X for k in range(w.shape[1])])
+    return wsum(w, x, x, subs=("A", "B"), out="AB", target_plates=target, full_plates=full)
+
+
 class MultivariateNormalFactor(Conditional):
     """x ~ N(mean, inv(precision)); slots mean (MVN moments (m, m m^T)),
     precision (Wishart moments (Lambda, log|Lambda|))."""
@@ -77,8 +107,7 @@ class MultivariateNormalFactor(Conditional):
             return super().expected_loglik(x, u)
         (m1, _), (L, _) = u
         eta1 = np.einsum("...ij,...j->...i", L, m1)
-        return np.einsum("...i,...i->...", x.value, eta1) - 0.5 * _quad(x.value, L) \
-            - self.expected_log_partition(u)
+        return _lin_quad(x.value, eta1, L) - self.expected_log_partition(u)
 
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
@@ -88,7 +117,7 @@ class MultivariateNormalFactor(Conditional):
             return (wsum(w, L, x1, subs=("AB", "B"), out="A", **kw),
                     -0.5 * wsum(w, L, subs=("AB",), out="AB", **kw))
         if x.value is not None:
-            xx = wsum(w, x.value, x.value, subs=("A", "B"), out="AB", **kw)
+            xx = _weighted_outer(w, x.value, target, x.plates)
         else:
             xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
         cross = wsum(w, x1, m1, subs=("A", "B"), out="AB", **kw)
@@ -114,15 +143,14 @@ class NormalWishartFactor(Conditional):
         if x.value is None:
             return super().expected_loglik(x, u)
         (Lm, _, L, _), = u
-        return np.einsum("...i,...i->...", x.value, Lm) - 0.5 * _quad(x.value, L) \
-            - self.expected_log_partition(u)
+        return _lin_quad(x.value, Lm, L) - self.expected_log_partition(u)
 
     def message(self, i, x, u, w, target):
         x1, x2 = x.moments
         kw = dict(target_plates=target, full_plates=x.plates)
         n = wsum(w, **kw)
         if x.value is not None:
-            xx = wsum(w, x.value, x.value, subs=("A", "B"), out="AB", **kw)
+            xx = _weighted_outer(w, x.value, target, x.plates)
         else:
             xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
         return (wsum(w, x1, subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)
@@ -138,9 +166,11 @@ class DiagonalGammaFactor(Conditional):
     def _tau(self, u):
         lt, t = u[1]
         D = np.shape(u[0][0])[-1]
-        if np.ndim(t) == 0:
-            t, lt = np.full(D, t), np.full(D, lt)
-        return np.asarray(lt), np.asarray(t)
+        t, lt = np.asarray(t), np.asarray(lt)
+        if t.ndim == 0 or t.shape[-1] == 1:  # one tau for all D coordinates (plates () or (..., 1))
+            shape = t.shape[:-1] + (D,) if t.ndim else (D,)
+            t, lt = np.broadcast_to(t, shape), np.broadcast_to(lt, shape)
+        return lt, t
 
     def plates(self):
         from ..plates import broadcast_plates

@@ -49,8 +49,19 @@ class MixtureFactor(Conditional):
         return u[0][0], u[1:]
 
     def _component_loglik(self, x, ucomp):
+        """E[log p(x | theta_k)] for every entry and component (entries x K). It is
+        needed twice per sweep (message to z, then the ELBO) with the same moments,
+        so the last result is kept, keyed on the identity of its inputs (moment
+        tuples are replaced, never modified, when a node is updated)."""
+        refs = (x.value if x.value is not None else x.moments,) + tuple(ucomp)
+        cached = getattr(self, "_ll_cache", None)
+        if cached is not None and len(cached[0]) == len(refs) and \
+                all(a is b for a, b in zip(cached[0], refs)):
+            return cached[1]
         xe = x.expand(self.node.family.event_ndims)
-        return self.component.expected_loglik(xe, ucomp)
+        ll = self.component.expected_loglik(xe, ucomp)
+        self._ll_cache = (refs, ll)
+        return ll
 
     def prior_natural(self, u):
         r, ucomp = self._split(u)
