@@ -52,8 +52,10 @@ def _support(node, x):
         bad = (x < 0) | (x != np.round(x)) | (x >= K)
         what = f"integer categories 0..{K - 1}"
     elif fam == "Multinomial":
-        bad = np.any((x < 0) | (x != np.round(x)), axis=-1)
-        what = "non-negative integer count vectors"
+        n = np.broadcast_to(node.family.n, node.plates)[node._obs_index] if node._obs_index is not None \
+            else node.family.n
+        bad = np.any((x < 0) | (x != np.round(x)), axis=-1) | (x.sum(axis=-1) != n)
+        what = "non-negative integer count vectors summing to n"
     elif fam == "Beta":
         bad = (x <= 0) | (x >= 1)
         what = "values strictly between 0 and 1"
@@ -79,6 +81,26 @@ def _support(node, x):
     return None
 
 
+def _event_shape(node):
+    """The shape of one value implied by the node's parameters (MVN: (D,), Wishart:
+    (D, D), Multinomial: (K,)), or None when values are scalars or it is unknown."""
+    vnd = node.family.value_ndim
+    if not isinstance(vnd, int) or vnd == 0:
+        return None
+    try:
+        k = list(node.family.event_ndims).index(vnd)
+        nat = node.nat
+        if nat is None:  # a Mixture defers its prior: ask the component
+            comp = getattr(node.factor, "component", None)
+            if comp is None:
+                return None
+            nat = comp.prior_natural([p.moments() for p in node.factor.parents[1:]])
+        shape = np.shape(nat[k])
+    except (ValueError, IndexError, TypeError):
+        return None
+    return tuple(shape[len(shape) - vnd:])
+
+
 _PLACEHOLDER = {"Gamma": 1.0, "Beta": 0.5}
 
 
@@ -90,6 +112,11 @@ def prepare_observation(node, data, mask, weights):
         raise ValueError(f"{node.label()}: data must have at least {vnd} axes (the value's own), "
                          f"got shape {x.shape}")
     dplates = x.shape[: x.ndim - vnd]
+    ev = _event_shape(node)
+    if ev is not None and x.shape[x.ndim - vnd:] != ev:
+        raise ValueError(f"{node.label()}: each value must have shape {ev} (from its parameters), "
+                         f"but the data of shape {x.shape} has values of shape "
+                         f"{x.shape[x.ndim - vnd:]}")
     try:
         full = broadcast_plates(node.plates, dplates)
     except ValueError:
@@ -124,7 +151,7 @@ def prepare_observation(node, data, mask, weights):
                              f"but is NaN/inf; set mask False there")
     node._obs_index = None
     observed = x if m is None else x[m]
-    if m is not None and type(node.family).__name__ == "Binomial":
+    if m is not None and type(node.family).__name__ in ("Binomial", "Multinomial"):
         node._obs_index = m
     msg = _support(node, observed)
     if msg is not None:

@@ -184,6 +184,7 @@ class Stochastic(Node):
                 raise ValueError(f"{self.label()}: plates={plates} are smaller than its parents' "
                                  f"plates {implied}; use plates={full}")
         self.plates = tuple(plates)
+        nat0 = self._check_parameter_shapes()
         for p in self.factor.parents:
             self.parents.append(p)
             p._add_child(self)
@@ -198,7 +199,25 @@ class Stochastic(Node):
         self._obs_moments = None
         self.nat = None
         if not self.defer_prior:
-            self.set_natural(self.prior_natural())  # q starts at the prior
+            self.set_natural(nat0)  # q starts at the prior
+
+    def _check_parameter_shapes(self):
+        """The prior natural parameters (None if deferred), computed before the node is
+        linked to its parents: parameters whose event shapes do not fit together (a
+        length-3 mean with a 2x2 precision) are refused here, naming the node."""
+        comp = getattr(self.factor, "component", None)
+        try:
+            if not self.defer_prior:
+                return self.prior_natural()
+            if comp is not None:
+                comp.prior_natural([p.moments() for p in self.factor.parents[1:]])
+            return None
+        except ValueError:
+            shapes = ", ".join(f"{getattr(s, 'name', i)}: {tuple(np.shape(p.moments()[0]))}"
+                               for i, (s, p) in enumerate(zip(self.factor.slots, self.factor.parents)))
+            raise ValueError(f"{self.label()}: the shapes of its parameters do not fit together "
+                             f"({shapes}); a vector's length must match the matrix dimension "
+                             f"and the number of categories") from None
 
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):

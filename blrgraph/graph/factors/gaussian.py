@@ -68,7 +68,7 @@ def _mixture_layout(x, L):
 
 def _lin_quad(x, eta1, L):
     """x . eta1 - x^T L x / 2 per entry (data x, natural parameters eta1 = E[L mu], L)."""
-    if _mixture_layout(x, L):
+    if _mixture_layout(x, L) and np.shape(eta1) == np.shape(L)[:-1]:  # one eta1 per matrix
         X = x.reshape(x.shape[0], -1)
         if L.ndim == 2:
             return X @ eta1 - 0.5 * np.einsum("nd,nd->n", X @ L, X)
