@@ -1,0 +1,386 @@
+"""The ``blrgraph`` command line.
+
+    blrgraph fit MODEL DATA.csv [--columns A B ...] [--k 3] [--target Y] [--option KEY=VALUE ...]
+                               [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
+                               [--out DIR] [--no-plots] [--progress | --no-progress]
+    blrgraph demo [--out demo-output] [--k 3] [--seed 1]
+    blrgraph models
+
+MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
+checkout: gmm, lda, linreg, latent_class, mixed_mixture, poisson_mixture) or
+the path to a model file of your own: a Python file that defines
+``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
+optionally, ``write_outputs(fit, out_dir) -> [paths]``).
+
+``fit`` prints the posterior summary table and the ELBO and writes, in --out:
+summary.csv, summary.json (the table, the ELBO and its trace, the settings),
+elbo.png, and whatever the model's ``write_outputs`` writes (the Gaussian
+mixture: assignments.csv and clusters.png). Exit status: 0 on success, 1 when
+the data or the model cannot be used (the message on stderr says why and what
+to do), 2 for a malformed command line.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import inspect
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+IRIS_COLUMNS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+
+
+class CLIError(Exception):
+    """A problem the user can fix; printed as ``blrgraph: error: ...`` with exit status 1."""
+
+
+# ---- the zoo -----------------------------------------------------------------------------
+def zoo_dir():
+    """``models/`` next to the package: present in a source checkout and in an editable
+    install (``pip install -e .``, which ``make demo`` uses)."""
+    import blrgraph
+    return Path(blrgraph.__file__).resolve().parent.parent / "models"
+
+
+def zoo_models():
+    """{name: path} of the model files of the zoo (empty when models/ is not found)."""
+    d = zoo_dir()
+    if not d.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(d.glob("*.py")) if not p.stem.startswith("_")}
+
+
+def load_model(spec):
+    """Import a model file: a zoo name (``gmm``) or a path (``my_model.py``)."""
+    spec = str(spec)
+    path = Path(spec)
+    if spec.endswith(".py") or path.parent != Path("."):
+        if not path.is_file():
+            raise CLIError(f"model file '{spec}' not found")
+    else:
+        zoo = zoo_models()
+        if spec not in zoo:
+            if not zoo:
+                raise CLIError(f"cannot find the model zoo (looked for {zoo_dir()}); the zoo lives in "
+                               f"models/ of the blrgraph source checkout: install from it with "
+                               f"'pip install -e .', or give the path of a model file "
+                               f"(blrgraph fit path/to/{spec}.py DATA.csv)")
+            raise CLIError(f"unknown model {spec!r}; zoo models: {', '.join(zoo)} (or give the path "
+                           f"of a model file ending in .py)")
+        path = zoo[spec]
+    name = f"blrgraph_model_{path.stem}"
+    mspec = importlib.util.spec_from_file_location(name, path)
+    if mspec is None or mspec.loader is None:
+        raise CLIError(f"cannot import '{path}' as a Python module")
+    module = importlib.util.module_from_spec(mspec)
+    sys.modules[name] = module
+    try:
+        mspec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise CLIError(f"importing the model file '{path}' failed: {type(e).__name__}: {e}") from e
+    missing = [f for f in ("build", "summarize") if not callable(getattr(module, f, None))]
+    if missing:
+        raise CLIError(f"model file '{path}' must define build(data, **options) -> Model and "
+                       f"summarize(fit) -> DataFrame; it lacks {', '.join(missing)}")
+    module.MODEL_NAME = path.stem
+    return module
+
+
+def build_options(module, given):
+    """Keep the options the user gave (not None) and check that ``build`` takes them."""
+    given = {k: v for k, v in given.items() if v is not None}
+    params = inspect.signature(module.build).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    names = [n for n, p in params.items() if n != "data" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    for k in given:
+        if k not in params and not takes_any:
+            flag = {"k": "--k", "columns": "--columns", "target": "--target"}.get(k, f"--option {k}=...")
+            raise CLIError(f"model '{module.MODEL_NAME}' has no option {k!r} ({flag}); its options: "
+                           f"{', '.join(names) or 'none'}")
+    return given
+
+
+def _parse_option(text):
+    if "=" not in text:
+        raise CLIError(f"--option takes KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        value = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        pass  # a plain string
+    return key.strip(), value
+
+
+# ---- running a fit -----------------------------------------------------------------------
+def _fit(model, method, seed, restarts, fit_options, out):
+    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it)."""
+    seeds = [seed + i for i in range(max(1, restarts))]
+    if len(seeds) > 1:
+        scores = []
+        for s in seeds:
+            f = model.fit(method, seed=s, **fit_options)
+            scores.append(f.elbo)
+            print(f"  restart seed {s}: ELBO {f.elbo:.6f}", file=out)
+        seed = seeds[int(np.argmax(scores))]
+    return model.fit(method, seed=seed, **fit_options), seed
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    try:
+        if x != x:  # pandas NA/NaT
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(x)
+
+
+def _print_table(df, out):
+    from blrgraph.io import require_pandas
+    pd = require_pandas()
+    with pd.option_context("display.width", 160, "display.max_columns", 50,
+                           "display.max_colwidth", 80, "display.max_rows", 500):
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"), file=out)
+
+
+def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None, tol=None,
+        out_dir="blrgraph-output", plots=True, progress=None, stdout=None, stderr=None,
+        data_label=None, after_summary=None):
+    """Build, fit, print and write; returns (fit, summary). Used by ``fit`` and ``demo``."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    if method is None:
+        method = getattr(module, "DEFAULT_METHOD", "vmp")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = module.build(data, **options)
+        meta = getattr(model, "meta", {}) or {}
+        fit_options = dict(meta.get("fit_options", {}))
+        if max_iter is not None:
+            fit_options["max_iter"] = max_iter
+        if tol is not None:
+            fit_options["tol"] = tol
+        if progress is None:
+            progress = stderr.isatty() if hasattr(stderr, "isatty") else False
+        if progress:
+            fit_options["progress"] = True
+        print(f"blrgraph: fitting {module.MODEL_NAME} to {data_label or data} "
+              f"(method {method!r}, seed {seed})", file=stdout)
+        fit, used_seed = _fit(model, method, seed, restarts, fit_options, stdout)
+        summary = module.summarize(fit)
+        if type(summary.index).__name__ != "RangeIndex":   # named rows (e.g. terms): keep them
+            summary = summary.reset_index()
+    for w in caught:
+        print(f"blrgraph: warning: {w.message}", file=stderr)
+
+    print(file=stdout)
+    _print_table(summary, stdout)
+    print(file=stdout)
+    status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
+    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
+    print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})", file=stdout)
+    if after_summary is not None:
+        after_summary(fit, stdout)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv", out / "summary.json"]
+    summary.to_csv(written[0], index=False)
+    record = {"model": module.MODEL_NAME, "data": str(data_label or data), "options": options,
+              "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
+              "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
+              "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
+              "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
+    written[1].write_text(json.dumps(_jsonable(record), indent=2) + "\n")
+    if plots:
+        try:
+            from blrgraph import plotting
+            written.append(plotting.plot_elbo(fit.elbo_trace, out / "elbo.png",
+                                              title=f"{module.MODEL_NAME}: {what} {fit.elbo:.6g} "
+                                                    f"({fit.method}, {fit.n_iter} iterations)",
+                                              objective=what))
+        except ImportError as e:
+            print(f"blrgraph: warning: plots skipped: {e}", file=stderr)
+            plots = False
+    extra = getattr(module, "write_outputs", None)
+    if extra is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                written.extend(extra(fit, out) if plots else _without_plots(extra, fit, out))
+            except ImportError as e:
+                print(f"blrgraph: warning: some outputs skipped: {e}", file=stderr)
+    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
+    return fit, summary
+
+
+def _without_plots(extra, fit, out):
+    """Run ``write_outputs`` and delete the images it made (--no-plots)."""
+    paths = extra(fit, out)
+    keep = []
+    for p in paths:
+        if Path(p).suffix.lower() == ".png":
+            Path(p).unlink(missing_ok=True)
+        else:
+            keep.append(p)
+    return keep
+
+
+# ---- commands ----------------------------------------------------------------------------
+def cmd_fit(args, stdout, stderr):
+    module = load_model(args.model)
+    given = {"columns": args.columns, "k": args.k, "target": args.target}
+    for text in args.option or []:
+        key, value = _parse_option(text)
+        given[key] = value
+    options = build_options(module, given)
+    data = Path(args.data)
+    if not data.is_file():
+        raise CLIError(f"data file '{args.data}' not found")
+    from blrgraph import io
+    table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
+    run(module, table, options, method=args.method, seed=args.seed, restarts=args.restarts,
+        max_iter=args.max_iter, tol=args.tol, out_dir=args.out, plots=not args.no_plots,
+        progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    return 0
+
+
+def cmd_demo(args, stdout, stderr):
+    from blrgraph import io
+    module = load_model("gmm")
+    path = io.example_path("iris")
+    species = io.read_table(path)["species"].to_numpy()
+
+    def crosstab(fit, out):
+        pd = io.require_pandas()
+        cluster = module.assignments(fit).argmax(axis=1)
+        table = pd.crosstab(pd.Series(cluster, name="cluster"), pd.Series(species, name="species"))
+        print("\nmost probable cluster of each flower against its species:", file=out)
+        print(table.to_string(), file=out)
+        weight = module.components(fit)["weight"]
+        empty = [int(k) for k in np.flatnonzero(weight < 0.02)]
+        if empty:
+            print(f"\nnote: component(s) {empty} hold almost no flowers. The posterior of a mixture "
+                  f"may leave components\nempty when the data do not support K of them "
+                  f"(versicolor and virginica overlap); other starts\n(--seed, --restarts) reach "
+                  f"other optima, and the ELBO says which one fits better.", file=out)
+
+    run(module, io.read_table(path), {"k": args.k, "columns": IRIS_COLUMNS}, method=args.method,
+        seed=args.seed, restarts=args.restarts, out_dir=args.out, plots=not args.no_plots,
+        progress=args.progress, stdout=stdout, stderr=stderr,
+        data_label="the iris measurements (blrgraph/data/iris.csv, 150 flowers)",
+        after_summary=crosstab)
+    return 0
+
+
+def cmd_models(args, stdout, stderr):
+    zoo = zoo_models()
+    if not zoo:
+        raise CLIError(f"cannot find the model zoo (looked for {zoo_dir()}); install blrgraph from "
+                       f"its source checkout with 'pip install -e .'")
+    for name in zoo:
+        try:
+            mod = load_model(name)
+            desc = getattr(mod, "DESCRIPTION", None) or (mod.__doc__ or "").strip().split("\n")[0]
+        except CLIError as e:
+            desc = f"(cannot import: {e})"
+        print(f"{name:18s} {desc}", file=stdout)
+    return 0
+
+
+def make_parser():
+    p = argparse.ArgumentParser(
+        prog="blrgraph",
+        description="Fit models of the blrgraph zoo (or your own model file) to a CSV table.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def common(q, out_default, seed_default=0):
+        q.add_argument("--method", default=None,
+                       help="inference method: vmp, em, svi, ncvmp, conjugate (default: the model "
+                            "file's DEFAULT_METHOD, else vmp)")
+        q.add_argument("--seed", type=int, default=seed_default,
+                       help=f"random seed of the initialisation ({seed_default})")
+        q.add_argument("--restarts", type=int, default=1,
+                       help="fit with seeds SEED..SEED+R-1 and keep the best ELBO (1)")
+        q.add_argument("--out", default=out_default, help=f"output directory ({out_default})")
+        q.add_argument("--no-plots", action="store_true", help="do not write PNG files")
+        g = q.add_mutually_exclusive_group()
+        g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                       help="show a progress bar (needs tqdm; default: when stderr is a terminal)")
+        g.add_argument("--no-progress", dest="progress", action="store_false")
+
+    f = sub.add_parser("fit", help="fit MODEL to DATA.csv, print and write the posterior summary",
+                       description="Fit MODEL (a zoo name or a model file) to DATA.csv.")
+    f.add_argument("model", metavar="MODEL", help="zoo name (see 'blrgraph models') or path to a .py file")
+    f.add_argument("data", metavar="DATA.csv", help="CSV file; first line = column names, empty = missing")
+    f.add_argument("--columns", nargs="+", metavar="COL",
+                   help="columns to use (names, space or comma separated; default: all)")
+    f.add_argument("--k", type=int, help="number of components / classes / topics")
+    f.add_argument("--target", help="response column (linreg)")
+    f.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="any other option of the model's build(), e.g. --option covariance=diag")
+    f.add_argument("--max-iter", type=int, help="maximum number of sweeps")
+    f.add_argument("--tol", type=float, help="relative ELBO change that ends the run")
+    common(f, "blrgraph-output")
+    f.set_defaults(handler=cmd_fit)
+
+    d = sub.add_parser("demo", help="fit the Gaussian mixture to the bundled iris measurements",
+                       description="Fit a 3-component Gaussian mixture to the iris measurements "
+                                   "bundled with blrgraph; print and plot the result.")
+    d.add_argument("--k", type=int, default=3, help="number of components (3)")
+    common(d, "demo-output", seed_default=1)
+    d.set_defaults(handler=cmd_demo)
+
+    m = sub.add_parser("models", help="list the models of the zoo")
+    m.set_defaults(handler=cmd_models)
+    return p
+
+
+def main(argv=None, stdout=None, stderr=None):
+    """Run the command line; returns the exit status (0 success, 1 error, 2 usage)."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    parser = make_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2): argparse already printed
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        return args.handler(args, stdout, stderr)
+    except BrokenPipeError:  # output piped into e.g. head
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 1
+    except (CLIError, ValueError, TypeError, KeyError, ImportError, FileNotFoundError,
+            FloatingPointError, np.linalg.LinAlgError) as e:
+        if os.environ.get("BLRGRAPH_DEBUG"):  # show the traceback
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"blrgraph: error: {msg}", file=stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Gaussian mixture with K components, full or diagonal covariance (docs/models/gmm.md).
+
+Copy this file and adapt it. The model (Bishop, PRML §10.2)::
+
+    w                  ~ Dirichlet(alpha * ones(K))
+    z_n                ~ Categorical(w)                                  n = 1..N
+    covariance="full":
+      (mu_k, Lambda_k) ~ NormalWishart(m0, beta0, nu0, W0)              k = 1..K
+      x_n | z_n = k    ~ MultivariateNormal(mu_k, inv(Lambda_k))
+    covariance="diag":
+      (mu_dk, tau_dk)  ~ NormalGamma(m0_d, beta0, a0, b0_d)              d = 1..D
+      x_nd | z_n = k   ~ Normal(mu_dk, 1 / tau_dk)
+
+Priors scaled to the data (as scikit-learn's BayesianGaussianMixture does):
+m0 = the column means; a priori a cluster's precision is D times the data's,
+E[Lambda_k] = nu0 W0 = D inv(C) with C the data covariance, nu0 = D + 2
+(diag: E[tau_dk] = a0 / b0_d = D / var_d with a0 = 1); beta0 = 0.01 keeps the
+prior on the component means vague (scikit-learn's beta0 = 1 says a component's
+mean lies within about one component-width of the data mean, which pulls
+well-separated components towards the centre and widens them).
+
+Missing cells: with ``covariance="diag"`` each cell is its own observation and
+the mask leaves out exactly the missing ones. A full covariance couples the
+cells of a row; rows with a missing cell are masked out of the fit (a warning
+says how many) and get their cluster probabilities afterwards from the
+posterior predictive of their observed cells (:func:`predict_proba`).
+
+    import gmm
+    model = gmm.build(df, k=3, columns=["a", "b"])
+    fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    gmm.summarize(fit)                 # one row per (component, column)
+    gmm.predict_proba(fit, new_rows)   # (M, K) cluster probabilities
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import stats
+from scipy.special import logsumexp
+
+import blrgraph as bg
+from blrgraph import io
+
+DEFAULT_METHOD = "vmp"
+DESCRIPTION = "Gaussian mixture (full or diagonal covariance), K chosen by the user"
+
+
+def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
+    """A K-component Gaussian mixture over the numeric ``columns`` of ``data``
+    (a DataFrame, a CSV path or an (N, D) array; NaN = missing)."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"gmm: k must be >= 1, got {k}")
+    if covariance not in ("full", "diag"):
+        raise ValueError(f"gmm: covariance must be 'full' or 'diag', got {covariance!r}")
+    table = io.encode_table(data, columns)
+    table.require_numeric("the Gaussian mixture (gmm)", alternative="mixed_mixture")
+    X, mask = table.numeric_array(), table.mask()
+    N, D = X.shape
+    m0, C = _data_mean_cov(X, mask)
+
+    w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    if covariance == "full":
+        nu0 = D + 2.0
+        theta = bg.NormalWishart(m0, beta0, nu0, D * np.linalg.inv(C) / nu0, plates=(k,),
+                                 name="theta")
+        z = bg.Categorical(w, plates=(N,), name="z")
+        complete = mask.all(axis=1)
+        if not complete.all():
+            warnings.warn(f"gmm: {int((~complete).sum())} of {N} rows have missing cells; with "
+                          f"covariance='full' they are masked out of the fit and get cluster "
+                          f"probabilities from the posterior predictive of their observed cells "
+                          f"(covariance='diag' uses every observed cell)", stacklevel=2)
+        x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=complete)
+    else:
+        a0 = 1.0
+        b0 = a0 * np.diag(C) / D
+        theta = bg.NormalGamma(m0[:, None] * np.ones((D, k)), beta0, a0, b0[:, None] * np.ones((D, k)),
+                               plates=(D, k), name="theta")
+        z = bg.Categorical(w, plates=(N, 1), name="z")   # one z per row, shared by its D cells
+        x = bg.Mixture(z, bg.Normal, theta, name="x").observe(X, mask=mask)
+
+    model = bg.Model(x)
+    # k-means++ starting responsibilities need one data vector per z (full covariance)
+    fit_options = {"max_iter": 1000, "tol": 1e-8, "init": "kmeans++" if covariance == "full" else "random"}
+    model.meta = {"zoo": "gmm", "table": table, "columns": table.numeric, "X": X, "mask": mask,
+                  "k": k, "covariance": covariance, "fit_options": fit_options}
+    return model
+
+
+def _data_mean_cov(X, mask):
+    """Column means and a positive-definite covariance from the observed cells."""
+    Xm = np.where(mask, X, np.nan)
+    m0 = np.nanmean(Xm, axis=0)
+    var = np.nanvar(Xm, axis=0)
+    var = np.where(np.isfinite(var) & (var > 0), var, 1.0)
+    complete = mask.all(axis=1)
+    D = X.shape[1]
+    if complete.sum() > D + 1:
+        C = np.atleast_2d(np.cov(X[complete].T))
+    else:
+        C = np.diag(var)
+    C = C + 1e-6 * np.mean(np.diag(C)) * np.eye(D)    # a constant column would be singular
+    return m0, C
+
+
+def _model(fit):
+    model = getattr(fit, "model", fit)
+    if getattr(model, "meta", {}).get("zoo") != "gmm":
+        raise TypeError("gmm: give the FitResult of a model built by gmm.build")
+    return model
+
+
+def components(fit):
+    """Posterior per component: weight E[w_k], mean E[mu_k] (K, D), mean_sd (posterior sd
+    of mu_k), sd (sqrt of the diagonal of E[Sigma_k]) and the Student-t predictive
+    (loc, shape matrix, dof) of each component (MATH.md §3.4)."""
+    model = _model(fit)
+    meta = model.meta
+    alpha = model["weights"].posterior.params["alpha"]
+    out = {"weight": alpha / alpha.sum()}
+    p = model["theta"].posterior.params
+    D = len(meta["columns"])
+    if meta["covariance"] == "full":
+        m, beta, nu, W = p["mean"], p["beta"], p["dof"], p["scale"]
+        Winv = np.linalg.inv(W)
+        diag = np.diagonal(Winv, axis1=-2, axis2=-1)
+        out["mean"] = m
+        out["mean_sd"] = np.sqrt(diag / (beta * (nu - D - 1.0))[:, None])
+        out["sd"] = np.sqrt(diag / (nu - D - 1.0)[:, None])
+        df = nu + 1.0 - D
+        out["predictive"] = (m, Winv * ((1.0 + beta) / (beta * df))[:, None, None], df)
+    else:  # parameters have plates (D, K): transpose to (K, D)
+        m, kappa, a, b = (p[n].T for n in ("mean", "beta", "shape", "rate"))
+        out["mean"] = m
+        am1 = np.where(a > 1.0, a - 1.0, np.nan)        # a <= 1: an empty component
+        out["mean_sd"] = np.sqrt(b / (kappa * am1))
+        out["sd"] = np.sqrt(b / am1)
+        out["predictive"] = (m, b * (kappa + 1.0) / (a * kappa), 2.0 * a)   # per-cell t: scale^2
+    return out
+
+
+def predict_proba(fit, X_new):
+    """(M, K) probabilities of each component for new rows (a DataFrame with the
+    model's columns, or an (M, D) array; NaN cells are marginalised out):
+    p(z = k | x) proportional to E[w_k] St(x | component k's posterior predictive)."""
+    model = _model(fit)
+    meta = model.meta
+    X = _as_matrix(X_new, meta["columns"])
+    comp = components(model)
+    K = len(comp["weight"])
+    logp = np.tile(np.log(comp["weight"]), (X.shape[0], 1))
+    obs = np.isfinite(X)
+    if meta["covariance"] == "full":
+        loc, shape, df = comp["predictive"]
+        for pattern in np.unique(obs, axis=0):
+            rows = np.all(obs == pattern, axis=1)
+            if not pattern.any():
+                continue
+            for k in range(K):
+                t = stats.multivariate_t(loc=loc[k][pattern], shape=shape[k][np.ix_(pattern, pattern)],
+                                         df=df[k])
+                logp[rows, k] += np.atleast_1d(t.logpdf(X[rows][:, pattern]))
+    else:
+        loc, scale2, df = comp["predictive"]
+        for k in range(K):
+            lp = stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k]))
+            logp[:, k] += np.where(obs, lp, 0.0).sum(axis=1)
+    return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
+
+
+def _as_matrix(X_new, columns):
+    if hasattr(X_new, "columns"):
+        missing = [c for c in columns if c not in X_new.columns]
+        if missing:
+            raise ValueError(f"gmm.predict_proba: new rows lack the column(s) {missing}")
+        X_new = X_new[columns].to_numpy(dtype=float, na_value=np.nan)
+    X = np.atleast_2d(np.asarray(X_new, dtype=float))
+    if X.shape[1] != len(columns):
+        raise ValueError(f"gmm.predict_proba: new rows need {len(columns)} columns {columns}, "
+                         f"got shape {X.shape}")
+    return X
+
+
+def assignments(fit):
+    """(N, K) cluster probabilities of the training rows (rows left out of a
+    full-covariance fit: from the predictive of their observed cells)."""
+    model = _model(fit)
+    meta = model.meta
+    r = np.asarray(model["z"].posterior.mean).reshape(len(meta["X"]), meta["k"])
+    if meta["covariance"] == "full":
+        partial = ~meta["mask"].all(axis=1)
+        if partial.any():
+            r = r.copy()
+            r[partial] = predict_proba(model, np.where(meta["mask"], meta["X"], np.nan)[partial])
+    return r
+
+
+def summarize(fit):
+    """One row per (component, column): weight (E[w_k]), n (expected rows), the
+    posterior mean of the component mean, its posterior sd, and the component's sd."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    comp = components(model)
+    n = assignments(model).sum(axis=0)
+    rows = []
+    for k in range(model.meta["k"]):
+        for j, col in enumerate(model.meta["columns"]):
+            rows.append({"component": k, "weight": comp["weight"][k], "n": n[k], "variable": col,
+                         "mean": comp["mean"][k, j], "mean_sd": comp["mean_sd"][k, j],
+                         "sd": comp["sd"][k, j]})
+    return pd.DataFrame(rows)
+
+
+def write_outputs(fit, out_dir):
+    """assignments.csv (cluster probabilities per row) and clusters.png (scatter)."""
+    from pathlib import Path
+
+    pd = io.require_pandas()
+    model = _model(fit)
+    meta = model.meta
+    r = assignments(model)
+    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(meta["k"])], index=meta["table"].index)
+    df.insert(0, "cluster", r.argmax(axis=1))
+    path = Path(out_dir) / "assignments.csv"
+    df.to_csv(path, index_label="row")
+    out = [path]
+    from blrgraph import plotting
+    X = np.where(meta["mask"], meta["X"], np.nan)
+    out.append(plotting.plot_clusters(X, r, Path(out_dir) / "clusters.png", columns=meta["columns"],
+                                      means=components(model)["mean"],
+                                      title=f"Gaussian mixture, K = {meta['k']} ({meta['covariance']})"))
+    return out

@@ -1,0 +1,104 @@
+"""Latent class analysis: a mixture of Categorical columns for discrete tables
+(docs/models/latent_class.md). Copy this file and adapt it. The model::
+
+    w              ~ Dirichlet(alpha * ones(K))
+    phi_j          ~ Dirichlet(beta * ones(L_j)),   plates (K,)   one profile per class, column j
+    z_n            ~ Categorical(w)                                 n = 1..N
+    x_nj | z_n = k ~ Categorical(phi_jk)                            one Mixture node per column
+
+Every column is its own Mixture node; they all share z. Each column may have a
+different number of levels L_j. Missing cells are masked: a row with a missing
+answer still informs its class through its other columns.
+
+    import latent_class
+    model = latent_class.build(df, k=3)
+    fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    latent_class.summarize(fit)         # class x column x level probabilities
+    latent_class.class_membership(fit)  # (N, K) posterior class probabilities
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import blrgraph as bg
+from blrgraph import io
+
+DEFAULT_METHOD = "vmp"
+DESCRIPTION = "latent class analysis: mixture of Categorical columns (discrete tables)"
+
+
+def build(data, k=2, columns=None, alpha=1.0, beta=1.0):
+    """K latent classes over the ``columns`` of ``data``; every column is read as
+    categorical (numbers such as 1/2/3 are labels)."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"latent_class: k must be >= 1, got {k}")
+    table = io.encode_table(data, columns, categorical="all")
+    N = table.n_rows
+
+    w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    phis = {c: bg.Dirichlet(beta * np.ones(len(table.levels(c))), plates=(k,), name=f"phi[{c}]")
+            for c in table.names}
+    z = bg.Categorical(w, plates=(N,), name="z")
+    xs = []
+    for c in table.names:
+        codes = table.codes(c)
+        observed = codes >= 0
+        xs.append(bg.Mixture(z, bg.Categorical, phis[c], name=f"x[{c}]")
+                  .observe(np.where(observed, codes, 0), mask=observed))
+
+    model = bg.Model(*xs)
+    model.meta = {"zoo": "latent_class", "table": table, "columns": table.names, "k": k,
+                  "fit_options": {"max_iter": 1000, "tol": 1e-8}}
+    return model
+
+
+def _model(fit):
+    model = getattr(fit, "model", fit)
+    if getattr(model, "meta", {}).get("zoo") != "latent_class":
+        raise TypeError("latent_class: give the FitResult of a model built by latent_class.build")
+    return model
+
+
+def class_membership(fit):
+    """(N, K) posterior class probabilities of the rows."""
+    return np.asarray(_model(fit)["z"].posterior.mean)
+
+
+def profiles(fit):
+    """{column: (K, L) posterior mean probabilities of each level in each class}."""
+    model = _model(fit)
+    return {c: model[f"phi[{c}]"].posterior.mean for c in model.meta["columns"]}
+
+
+def summarize(fit):
+    """One row per (class, column, level): the class weight E[w_k], the posterior
+    mean probability of the level in that class and its posterior sd."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    table = model.meta["table"]
+    alpha = model["weights"].posterior.params["alpha"]
+    weight = alpha / alpha.sum()
+    rows = []
+    for k in range(model.meta["k"]):
+        for c in model.meta["columns"]:
+            post = model[f"phi[{c}]"].posterior
+            mean, sd = post.mean[k], np.sqrt(post.var[k])
+            for i, level in enumerate(table.levels(c)):
+                rows.append({"class": k, "weight": weight[k], "variable": c, "category": level,
+                             "prob": mean[i], "prob_sd": sd[i]})
+    return pd.DataFrame(rows)
+
+
+def write_outputs(fit, out_dir):
+    """assignments.csv: the most probable class and the class probabilities per row."""
+    from pathlib import Path
+
+    pd = io.require_pandas()
+    model = _model(fit)
+    r = class_membership(model)
+    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=model.meta["table"].index)
+    df.insert(0, "class", r.argmax(axis=1))
+    path = Path(out_dir) / "assignments.csv"
+    df.to_csv(path, index_label="row")
+    return [path]

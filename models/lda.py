@@ -1,0 +1,187 @@
+"""Latent Dirichlet allocation (Blei, Ng & Jordan 2003; docs/models/lda.md).
+Copy this file and adapt it. The model, on the non-zero entries of the
+document-term matrix (document d, word v, count n_dv)::
+
+    theta_d ~ Dirichlet(alpha * ones(K)),  plates (D,)     topic mixture of document d
+    phi_k   ~ Dirichlet(eta * ones(V)),    plates (K,)     word distribution of topic k
+    z_i     ~ Categorical(theta[doc_ids]), plates (nnz,)   topic of the word type of entry i
+    y_i     ~ Mixture(z_i, Categorical, phi), observed word_ids with weights = counts
+
+``weights=counts`` makes one z stand for the n_dv identical tokens of a word
+type in a document (MATH.md §3.5), so memory grows with the non-zero entries,
+not with the tokens. Input: a scipy.sparse (or dense) document-term matrix with
+an optional ``vocabulary``, or texts (a list of strings, a pandas Series, or a
+DataFrame / CSV file with the text column picked by ``columns=``), which a
+simple tokenizer (:func:`tokenize`) turns into counts.
+
+    import lda
+    model = lda.build(texts, k=5)
+    fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    lda.summarize(fit)      # one row per topic: its corpus share and top words
+    lda.doc_topics(fit)     # (D, K) topic mixture of every document
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+import scipy.sparse as sp
+
+import blrgraph as bg
+from blrgraph import io
+
+DEFAULT_METHOD = "vmp"
+DESCRIPTION = "latent Dirichlet allocation from a document-term matrix or texts (columns=TEXT)"
+
+#: A short English stop-word list (articles, pronouns, auxiliaries, prepositions).
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves
+""".split())
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def tokenize(text, stop_words=STOP_WORDS, min_length=2):
+    """Lower-case words (letters and digits, inner apostrophes kept) of at least
+    ``min_length`` characters, without the ``stop_words``."""
+    stop = stop_words or ()
+    return [t for t in _TOKEN.findall(text.lower()) if len(t) >= min_length and t not in stop]
+
+
+def document_term_matrix(texts, vocabulary=None, stop_words=STOP_WORDS, min_count=1):
+    """(CSR counts (D, V), vocabulary) from a list of texts. Without a
+    ``vocabulary`` it is every word seen at least ``min_count`` times, sorted;
+    with one, other words are ignored."""
+    docs = [Counter(tokenize(t, stop_words)) for t in texts]
+    if vocabulary is None:
+        total = Counter()
+        for d in docs:
+            total.update(d)
+        vocabulary = sorted(w for w, n in total.items() if n >= min_count)
+    index = {w: j for j, w in enumerate(vocabulary)}
+    rows, cols, vals = [], [], []
+    for i, d in enumerate(docs):
+        for word, n in d.items():
+            j = index.get(word)
+            if j is not None:
+                rows.append(i)
+                cols.append(j)
+                vals.append(n)
+    counts = sp.csr_matrix((np.asarray(vals, dtype=float), (rows, cols)),
+                           shape=(len(docs), len(vocabulary)))
+    return counts, list(vocabulary)
+
+
+def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_words="english",
+          min_count=1):
+    """LDA with ``k`` topics; ``alpha`` and ``eta`` default to 1/k (as scikit-learn's).
+    ``stop_words``: "english" (:data:`STOP_WORDS`), None, or a set of words."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"lda: k must be >= 1, got {k}")
+    alpha = 1.0 / k if alpha is None else float(alpha)
+    eta = 1.0 / k if eta is None else float(eta)
+    counts, vocabulary = _counts(data, columns, vocabulary, stop_words, min_count)
+    D, V = counts.shape
+    coo = sp.coo_matrix(counts)
+    coo.sum_duplicates()
+    coo.eliminate_zeros()
+    if coo.nnz == 0:
+        raise ValueError("lda: the documents contain no words (after tokenizing and removing stop "
+                         "words); check the text column and stop_words=")
+
+    theta = bg.Dirichlet(alpha * np.ones(k), plates=(D,), name="theta")
+    phi = bg.Dirichlet(eta * np.ones(V), plates=(k,), name="phi")
+    z = bg.Categorical(theta[coo.row], plates=(coo.nnz,), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(coo.col, weights=coo.data)
+
+    model = bg.Model(y)
+    model.meta = {"zoo": "lda", "vocabulary": list(vocabulary), "k": k, "n_docs": D,
+                  "fit_options": {"max_iter": 500, "tol": 1e-6}}
+    return model
+
+
+def _counts(data, columns, vocabulary, stop_words, min_count):
+    if stop_words == "english":
+        stop_words = STOP_WORDS
+    if sp.issparse(data) or (isinstance(data, np.ndarray) and data.ndim == 2
+                             and data.dtype.kind in "iuf"):
+        counts = sp.csr_matrix(data, dtype=float)
+        if counts.nnz and (counts.data.min() < 0 or not np.all(np.isfinite(counts.data))):
+            raise ValueError("lda: the document-term matrix must hold finite counts >= 0")
+        V = counts.shape[1]
+        if vocabulary is None:
+            vocabulary = [f"w{j}" for j in range(V)]
+        if len(vocabulary) != V:
+            raise ValueError(f"lda: vocabulary has {len(vocabulary)} words but the matrix has {V} "
+                             f"columns")
+        return counts, list(vocabulary)
+    cols = io.parse_columns(columns)
+    if cols is not None and len(cols) != 1:
+        raise ValueError(f"lda: pick one text column (columns=[name]), got {cols}")
+    texts = io.read_texts(data, None if cols is None else cols[0])
+    return document_term_matrix(texts, vocabulary, stop_words, min_count)
+
+
+def _model(fit):
+    model = getattr(fit, "model", fit)
+    if getattr(model, "meta", {}).get("zoo") != "lda":
+        raise TypeError("lda: give the FitResult of a model built by lda.build")
+    return model
+
+
+def topic_word(fit):
+    """(K, V) posterior mean word probabilities of each topic, E[phi_k]."""
+    return np.asarray(_model(fit)["phi"].posterior.mean)
+
+
+def doc_topics(fit):
+    """DataFrame (D, K): the posterior mean topic mixture E[theta_d] of every document."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    theta = np.asarray(model["theta"].posterior.mean)
+    return pd.DataFrame(theta, columns=[f"topic{k}" for k in range(theta.shape[1])])
+
+
+def topic_words(fit, n_words=10):
+    """Long table: topic, rank, word, prob (the top ``n_words`` words of each topic)."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    phi = topic_word(model)
+    vocab = model.meta["vocabulary"]
+    rows = []
+    for k in range(phi.shape[0]):
+        for r, j in enumerate(np.argsort(-phi[k])[:n_words]):
+            rows.append({"topic": k, "rank": r + 1, "word": vocab[j], "prob": phi[k, j]})
+    return pd.DataFrame(rows)
+
+
+def summarize(fit, n_words=8):
+    """One row per topic: its share of the corpus (mean of E[theta_dk] over the
+    documents) and its top ``n_words`` words, most probable first."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    phi = topic_word(model)
+    share = np.asarray(model["theta"].posterior.mean).mean(axis=0)
+    vocab = model.meta["vocabulary"]
+    rows = [{"topic": k, "share": share[k],
+             "top_words": " ".join(vocab[j] for j in np.argsort(-phi[k])[:n_words])}
+            for k in range(phi.shape[0])]
+    return pd.DataFrame(rows)
+
+
+def write_outputs(fit, out_dir):
+    """doc_topics.csv (topic mixture per document) and topic_words.csv (top 20 words)."""
+    from pathlib import Path
+
+    out = [Path(out_dir) / "doc_topics.csv", Path(out_dir) / "topic_words.csv"]
+    doc_topics(fit).to_csv(out[0], index_label="document")
+    topic_words(fit, 20).to_csv(out[1], index=False)
+    return out

@@ -1,0 +1,147 @@
+"""Mixture over a table with numeric and categorical columns together
+(docs/models/mixed_mixture.md). Copy this file and adapt it. The model::
+
+    w                ~ Dirichlet(alpha * ones(K))
+    z_n              ~ Categorical(w),                     plates (N, 1): one z per row
+    numeric columns d = 1..Dn (one Mixture node, data (N, Dn)):
+      (mu_dk, tau_dk) ~ NormalGamma(m0_d, beta0, 1, var_d / K), plates (Dn, K)
+      x_nd | z_n = k  ~ Normal(mu_dk, 1 / tau_dk)
+    each categorical column j (one Mixture node per column, data (N, 1)):
+      phi_j          ~ Dirichlet(beta * ones(L_j)),       plates (K,)
+      c_nj | z_n = k ~ Categorical(phi_jk)
+
+The numeric priors are scaled to each column: m0_d is its mean and
+E[tau_dk] = K / var_d (a component is a priori narrower than the column), with
+shape 1, i.e. the weight of two observations; beta0 = 0.01 keeps the prior on
+the component means vague. All the Mixture nodes share z, whose plates (N, 1) broadcast
+against the (Dn, K) component parameters: the components are the last plate
+axis. Missing cells are masked cell by cell, in numeric and categorical
+columns alike.
+
+    import mixed_mixture
+    model = mixed_mixture.build(df, k=3)
+    fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    mixed_mixture.summarize(fit)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import blrgraph as bg
+from blrgraph import io
+
+DEFAULT_METHOD = "vmp"
+DESCRIPTION = "mixture over numeric (Gaussian) and categorical columns, missing cells masked"
+
+
+def build(data, k=3, columns=None, categorical=None, alpha=1.0, beta=1.0, beta0=0.01):
+    """K components over the ``columns`` of ``data``; numbers are Gaussian columns,
+    text is categorical (``categorical=[...]`` makes numeric codes categorical)."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"mixed_mixture: k must be >= 1, got {k}")
+    table = io.encode_table(data, columns, categorical=categorical)
+    N = table.n_rows
+    num = table.numeric
+
+    w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    theta = None
+    if num:
+        X, mask = table.numeric_array(num), table.mask(num)
+        Xm = np.where(mask, X, np.nan)
+        m0 = np.nanmean(Xm, axis=0)
+        var = np.nanvar(Xm, axis=0)
+        var = np.where(var > 0, var, 1.0)
+        ones = np.ones((len(num), k))
+        theta = bg.NormalGamma(m0[:, None] * ones, beta0, 1.0, var[:, None] * ones / k,
+                               plates=(len(num), k), name="theta")
+    phis = {c: bg.Dirichlet(beta * np.ones(len(table.levels(c))), plates=(k,), name=f"phi[{c}]")
+            for c in table.categorical}
+    z = bg.Categorical(w, plates=(N, 1), name="z")
+    nodes = []
+    if num:
+        nodes.append(bg.Mixture(z, bg.Normal, theta, name="x").observe(np.where(mask, X, 0.0),
+                                                                       mask=mask))
+    for c in table.categorical:
+        codes = table.codes(c)[:, None]
+        observed = codes >= 0
+        nodes.append(bg.Mixture(z, bg.Categorical, phis[c], name=f"x[{c}]")
+                     .observe(np.where(observed, codes, 0), mask=observed))
+
+    model = bg.Model(*nodes)
+    model.meta = {"zoo": "mixed_mixture", "table": table, "k": k,
+                  "fit_options": {"max_iter": 1000, "tol": 1e-8}}
+    return model
+
+
+def _model(fit):
+    model = getattr(fit, "model", fit)
+    if getattr(model, "meta", {}).get("zoo") != "mixed_mixture":
+        raise TypeError("mixed_mixture: give the FitResult of a model built by mixed_mixture.build")
+    return model
+
+
+def assignments(fit):
+    """(N, K) posterior component probabilities of the rows."""
+    model = _model(fit)
+    r = np.asarray(model["z"].posterior.mean)
+    return r.reshape(r.shape[0], r.shape[-1])
+
+
+def _t_sd(scale2, a):
+    """sqrt(scale2 / (a - 1)): the sd of mu (scale2 = b / beta) or sqrt(E[1/tau])
+    (scale2 = b) under a Normal-Gamma; infinite while a <= 1 (no data yet)."""
+    return float(np.sqrt(scale2 / (a - 1.0))) if a > 1.0 else np.inf
+
+
+def summarize(fit):
+    """One row per (component, column[, level]). Numeric columns: ``mean`` = E[mu],
+    ``mean_sd`` its posterior sd, ``sd`` = sqrt(E[1/tau]) the spread inside the
+    component. Categorical columns: one row per level, ``mean`` = the posterior mean
+    probability of the level, ``mean_sd`` its posterior sd."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    table = model.meta["table"]
+    alpha = model["weights"].posterior.params["alpha"]
+    weight = alpha / alpha.sum()
+    n = assignments(model).sum(axis=0)
+    rows = []
+    if table.numeric:
+        p = model["theta"].posterior.params      # plates (Dn, K)
+        m, kappa, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
+    for k in range(model.meta["k"]):
+        base = {"component": k, "weight": weight[k], "n": n[k]}
+        for d, c in enumerate(table.numeric):
+            rows.append({**base, "variable": c, "type": "numeric", "category": None,
+                         "mean": m[d, k], "mean_sd": _t_sd(b[d, k] / kappa[d, k], a[d, k]),
+                         "sd": _t_sd(b[d, k], a[d, k])})
+        for c in table.categorical:
+            post = model[f"phi[{c}]"].posterior
+            for i, level in enumerate(table.levels(c)):
+                rows.append({**base, "variable": c, "type": "categorical", "category": level,
+                             "mean": post.mean[k, i], "mean_sd": np.sqrt(post.var[k, i]),
+                             "sd": np.nan})
+    return pd.DataFrame(rows)
+
+
+def write_outputs(fit, out_dir):
+    """assignments.csv: the most probable component and the probabilities per row;
+    clusters.png: the numeric columns coloured by component (when there are any)."""
+    from pathlib import Path
+
+    pd = io.require_pandas()
+    model = _model(fit)
+    table = model.meta["table"]
+    r = assignments(model)
+    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=table.index)
+    df.insert(0, "component", r.argmax(axis=1))
+    path = Path(out_dir) / "assignments.csv"
+    df.to_csv(path, index_label="row")
+    out = [path]
+    if table.numeric:
+        from blrgraph import plotting
+        out.append(plotting.plot_clusters(table.numeric_array(), r, Path(out_dir) / "clusters.png",
+                                          columns=table.numeric,
+                                          means=model["theta"].posterior.params["mean"].T,
+                                          title=f"mixed mixture, K = {model.meta['k']}"))
+    return out

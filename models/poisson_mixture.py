@@ -1,0 +1,92 @@
+"""Mixture of Poissons for count columns (docs/models/poisson_mixture.md).
+Copy this file and adapt it. The model::
+
+    w                ~ Dirichlet(alpha * ones(K))
+    rate_dk          ~ Gamma(a0, a0 / mean_d),   plates (D, K)   (prior mean: the column mean)
+    z_n              ~ Categorical(w),           plates (N, 1)   one z per row, shared by its D cells
+    x_nd | z_n = k   ~ Poisson(rate_dk)          one Mixture node, data (N, D)
+
+Gamma-Poisson is conjugate, so VMP updates are exact coordinate steps. Every
+column must hold counts (non-negative integers); missing cells are masked.
+
+    import poisson_mixture
+    model = poisson_mixture.build(df, k=2)
+    fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    poisson_mixture.summarize(fit)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import blrgraph as bg
+from blrgraph import io
+
+DEFAULT_METHOD = "vmp"
+DESCRIPTION = "mixture of Poissons for count columns"
+
+
+def build(data, k=2, columns=None, alpha=1.0, a0=1.0):
+    """K Poisson components over the count ``columns`` of ``data``."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"poisson_mixture: k must be >= 1, got {k}")
+    table = io.encode_table(data, columns)
+    table.require_counts("the Poisson mixture (poisson_mixture)")
+    X, mask = table.numeric_array(), table.mask()
+    N, D = X.shape
+    mean = np.array([np.mean(X[mask[:, d], d]) for d in range(D)])
+    rate0 = a0 / np.maximum(mean, 1e-3)          # prior E[rate] = column mean
+
+    w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    rate = bg.Gamma(a0, rate0[:, None] * np.ones((D, k)), plates=(D, k), name="rate")
+    z = bg.Categorical(w, plates=(N, 1), name="z")
+    x = bg.Mixture(z, bg.Poisson, rate, name="x").observe(np.where(mask, X, 0.0), mask=mask)
+
+    model = bg.Model(x)
+    model.meta = {"zoo": "poisson_mixture", "table": table, "columns": table.names, "k": k,
+                  "fit_options": {"max_iter": 1000, "tol": 1e-8}}
+    return model
+
+
+def _model(fit):
+    model = getattr(fit, "model", fit)
+    if getattr(model, "meta", {}).get("zoo") != "poisson_mixture":
+        raise TypeError("poisson_mixture: give the FitResult of a model built by poisson_mixture.build")
+    return model
+
+
+def assignments(fit):
+    """(N, K) posterior component probabilities of the rows."""
+    model = _model(fit)
+    r = np.asarray(model["z"].posterior.mean)
+    return r.reshape(r.shape[0], r.shape[-1])
+
+
+def summarize(fit):
+    """One row per (component, column): weight E[w_k], n (expected rows), the
+    posterior mean of the rate and its posterior sd."""
+    pd = io.require_pandas()
+    model = _model(fit)
+    alpha = model["weights"].posterior.params["alpha"]
+    weight = alpha / alpha.sum()
+    n = assignments(model).sum(axis=0)
+    post = model["rate"].posterior            # plates (D, K)
+    mean, sd = post.mean, np.sqrt(post.var)
+    rows = [{"component": k, "weight": weight[k], "n": n[k], "variable": c, "rate": mean[d, k],
+             "rate_sd": sd[d, k]}
+            for k in range(model.meta["k"]) for d, c in enumerate(model.meta["columns"])]
+    return pd.DataFrame(rows)
+
+
+def write_outputs(fit, out_dir):
+    """assignments.csv: the most probable component and the probabilities per row."""
+    from pathlib import Path
+
+    pd = io.require_pandas()
+    model = _model(fit)
+    r = assignments(model)
+    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=model.meta["table"].index)
+    df.insert(0, "component", r.argmax(axis=1))
+    path = Path(out_dir) / "assignments.csv"
+    df.to_csv(path, index_label="row")
+    return [path]
