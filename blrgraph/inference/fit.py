@@ -123,31 +123,59 @@ def initialize(model, rng, init="random"):
         n.fitted = False
 
 
+def _assignment_features(z, y):
+    """Rows (one per entry of z) of y's first sufficient statistic, with a 0/1 cell mask.
+
+    y's plates broadcast z's: axes where z has size 1 and y does not (columns sharing
+    one z, repeated draws) become feature columns, as does the value's event."""
+    Pz, Py = z.plates, y.plates
+    Pz = (1,) * (len(Py) - len(Pz)) + tuple(Pz)
+    if len(Pz) != len(Py) or any(a not in (1, b) for a, b in zip(Pz, Py)):
+        return None, None
+    t1 = np.asarray(y.moments()[0], dtype=float)
+    ev = t1.ndim - len(Py)
+    mask = np.ones(Py) if y.mask is None else np.broadcast_to(y.mask, Py).astype(float)
+    if y.replicates is not None:
+        mask = mask * np.broadcast_to(y.replicates, Py)
+    entry = [j for j in range(len(Py)) if Pz[j] == Py[j]]
+    feat = [j for j in range(len(Py)) if Pz[j] != Py[j]]
+    n = int(np.prod([Py[j] for j in entry])) if entry else 1
+    X = np.transpose(t1, entry + feat + list(range(len(Py), t1.ndim))).reshape(n, -1)
+    M = np.transpose(mask, entry + feat).reshape(n, -1)
+    M = np.repeat(M, X.shape[1] // M.shape[1], axis=1) if ev else M
+    return X, M
+
+
 def _kmeanspp_responsibilities(model, z, K, rng):
     """One-hot responsibilities: each data point goes to the nearest of K seeds drawn
     by k-means++ (first uniformly, then with probability proportional to the squared
     distance to the nearest seed so far; counts weight the draws). The features are the
-    first sufficient statistic of the observed mixture child (x itself for Normal,
-    MultivariateNormal, Poisson, Bernoulli, Multinomial; one-hot for Categorical)."""
+    first sufficient statistic of the observed mixture children (x itself for Normal,
+    MultivariateNormal, Poisson, Bernoulli, Multinomial; one-hot for Categorical),
+    standardised per column; several children sharing z (table columns) are
+    concatenated and missing cells take their column's mean."""
     data = [c for c in model.children[z] if c.stochastic and c.observed
             and isinstance(c.factor, MixtureFactor) and c.factor.parents[0] is z]
     if not data:
         raise ValueError(f"init='kmeans++': mixture assignment {z.label()} has no observed "
                          f"Mixture child to seed from; use init='random'")
-    y = data[0]
-    if y.plates != z.plates:
-        raise ValueError(f"init='kmeans++': {y.label()} has plates {y.plates} but the assignments "
-                         f"{z.label()} have plates {z.plates}; use init='random'")
-    t1 = np.asarray(y.moments()[0], dtype=float)
-    n = int(np.prod(z.plates))
-    X = t1.reshape((n, -1))
-    w = np.ones(n)
-    if y.mask is not None:
-        w = w * np.broadcast_to(y.mask, z.plates).reshape(n)
-    if y.replicates is not None:
-        w = w * np.broadcast_to(y.replicates, z.plates).reshape(n)
+    cols, masks = [], []
+    for y in data:
+        X, M = _assignment_features(z, y)
+        if X is None:
+            raise ValueError(f"init='kmeans++': {y.label()} has plates {y.plates}, which do not "
+                             f"extend the assignments' plates {z.plates}; use init='random'")
+        cnt = M.sum(0)
+        mean = (X * M).sum(0) / np.maximum(cnt, 1)
+        X = np.where(M > 0, X, mean)
+        sd = np.sqrt(((X - mean) ** 2 * M).sum(0) / np.maximum(cnt, 1))
+        cols.append((X - mean) / np.where(sd > 0, sd, 1.0))
+        masks.append(M)
+    X = np.concatenate(cols, axis=1)
+    n = X.shape[0]
+    w = (np.concatenate(masks, axis=1).max(axis=1) > 0).astype(float)
     if np.count_nonzero(w) < K:
-        raise ValueError(f"init='kmeans++': {y.label()} has fewer than K={K} observed entries")
+        raise ValueError(f"init='kmeans++': {data[0].label()} has fewer than K={K} observed entries")
     centres = np.empty((K, X.shape[1]))
     centres[0] = X[rng.choice(n, p=w / w.sum())]
     d2 = np.sum((X - centres[0]) ** 2, axis=1)
@@ -248,6 +276,8 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                 if it == 1 and n in points:
                     n.point = True
                 blr_step(model, n, rhos[n], iteration=it)
+                if n.point:
+                    _check_point(n, it)
             for n in model.latent:
                 n.fitted = True  # the callback may read node.posterior of this iterate
             L = elbo(model)
@@ -274,6 +304,21 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                     method=cfg.name, model=model, objective=objective)
     model.fit_result = res
     return res
+
+
+def _check_point(node, it):
+    """A point mass on the boundary of its support (a zero weight, rate or probability,
+    a singular matrix) has log T = -inf; the next update would turn it into NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moments = node.moments()
+    for a in moments:
+        if not np.all(np.isfinite(a)):
+            raise FloatingPointError(
+                f"the point mass {node.label()} reached the boundary of its support at iteration "
+                f"{it} (its MAP sets a weight, rate or probability to 0, or a matrix singular; "
+                f"log T = -inf): an empty or degenerate component. Give it a prior that keeps the "
+                f"mode inside (Dirichlet/Beta concentrations > 1, Gamma shape > 1, Wishart "
+                f"dof > D + 1), use fewer components, or another seed")
 
 
 def _progress(progress, total, name):
