@@ -43,10 +43,17 @@ class CLIError(Exception):
 
 # ---- the zoo -----------------------------------------------------------------------------
 def zoo_dir():
-    """``models/`` next to the package: present in a source checkout and in an editable
-    install (``pip install -e .``, which ``make demo`` uses)."""
+    """``models/`` next to the package (a source checkout or an editable install), else
+    the installed copy of the same files, the package ``blrgraph.zoo``."""
     import blrgraph
-    return Path(blrgraph.__file__).resolve().parent.parent / "models"
+    local = Path(blrgraph.__file__).resolve().parent.parent / "models"
+    if local.is_dir():
+        return local
+    try:  # an installed blrgraph ships models/ as the package blrgraph.zoo
+        import blrgraph.zoo
+    except ImportError:
+        return local
+    return Path(blrgraph.zoo.__file__).resolve().parent
 
 
 def zoo_models():
