@@ -16,8 +16,7 @@ import numpy as np
 from ..graph.deterministic import Dot, Gather
 from ..graph.plates import Scatter
 from .blr import blr_step
-from .fit import INITS, _is_assignment, _kmeanspp_responsibilities, _progress, check_method, \
-    resolve_points
+from .fit import INITS, _is_assignment, _progress, check_method, resolve_points, start_assignment
 from .result import FitResult
 
 
@@ -163,12 +162,7 @@ def _local_pass(model, axis, first_step, rng, local_iters, local_tol, reset=True
     assign = [n for n in nodes if _is_assignment(model, n)]
     if first_step:
         for n in assign:
-            K = n.nat[0].shape[-1]
-            if init == "kmeans++":
-                r = _kmeanspp_responsibilities(model, n, K, rng)
-            else:
-                r = rng.dirichlet(np.ones(K), size=n.plates)
-            n.set_natural((np.log(np.maximum(r, 1e-300)),))
+            start_assignment(model, n, rng, init)
     sweep = [n for n in nodes if not (first_step and n in assign)]
     coupled = any(model.latent_neighbours(n) & set(nodes) for n in nodes)
     iters = local_iters if coupled else 1
