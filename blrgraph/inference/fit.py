@@ -108,19 +108,26 @@ def initialize(model, rng, init="random"):
     responsibilities, Dirichlet(1) draws (breaks the symmetry between components;
     ``seed`` fixes it), or with ``init="kmeans++"`` one-hot responsibilities to the
     nearest of K data points seeded as in k-means++ (Arthur & Vassilvitskii 2007)."""
+    if init is None:
+        init = "random"
     if init not in INITS:
         raise ValueError(f"init={init!r}: choose one of {list(INITS)}")
     for n in model.latent:
         n.set_natural(n.prior_natural())
     for n in model.latent:
         if _is_assignment(model, n):
-            K = n.nat[0].shape[-1]
-            if init == "kmeans++":
-                r = _kmeanspp_responsibilities(model, n, K, rng)
-            else:
-                r = rng.dirichlet(np.ones(K), size=n.plates)
-            n.set_natural((np.log(np.maximum(r, 1e-300)),))
+            start_assignment(model, n, rng, init)
         n.fitted = False
+
+
+def start_assignment(model, z, rng, init):
+    """Set a mixture assignment node to initial responsibilities (``init``)."""
+    K = z.nat[0].shape[-1]
+    if init == "kmeans++":
+        r = _kmeanspp_responsibilities(model, z, K, rng)
+    else:
+        r = rng.dirichlet(np.ones(K), size=z.plates)
+    z.set_natural((np.log(np.maximum(r, 1e-300)),))
 
 
 def _assignment_features(z, y):
