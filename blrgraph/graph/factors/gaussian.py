@@ -84,8 +84,9 @@ def _weighted_outer(w, x, target, full):
     weighted Gram matrix per component, computed by BLAS)."""
     if (w is not None and np.ndim(w) == 2 and np.ndim(x) == 3 and np.shape(x)[1] == 1
             and tuple(target) == (np.shape(w)[1],) and np.shape(w)[0] == np.shape(x)[0]):
-        X = x[:, 0, :]
-        return np.stack([(X * w[:, k, None]).T @ X for k in range(w.shape[1])])
+        X = np.ascontiguousarray(x[:, 0, :])
+        wT = np.ascontiguousarray(w.T)
+        return np.stack([(X * wT[k, :, None]).T @ X for k in range(w.shape[1])])
     return wsum(w, x, x, subs=("A", "B"), out="AB", target_plates=target, full_plates=full)
 
 
