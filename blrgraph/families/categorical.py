@@ -72,7 +72,19 @@ class Categorical(ExponentialFamily):
         return as_nat(nat, 1)[0]
 
     def _p(self, nat):
-        return self._softmax(self._eta(nat))[1]
+        return self._log_p_and_p(nat)[1]
+
+    def _log_p_and_p(self, nat):
+        """(log p, p) of ``nat``; the last result is kept (keyed on the array's
+        identity: natural parameters are replaced, never modified in place), so
+        the moments and the entropy of one q share one softmax."""
+        eta = self._eta(nat)
+        memo = getattr(self, "_memo", None)
+        if memo is not None and memo[0] is eta:
+            return memo[1], memo[2]
+        logp, p = self._softmax(eta)
+        self._memo = (eta, logp, p)
+        return logp, p
 
     @staticmethod
     def _softmax(eta):
@@ -102,7 +114,7 @@ class Categorical(ExponentialFamily):
         return (self._p(nat),)
 
     def entropy(self, nat):
-        logp, p = self._softmax(self._eta(nat))
+        logp, p = self._log_p_and_p(nat)
         return -np.sum(p * np.where(p > 0, logp, 0.0), axis=-1)
 
     def kl(self, nat1, nat2):
