@@ -103,11 +103,13 @@ def _is_assignment(model, n):
 INITS = ("random", "kmeans++")
 
 
-def initialize(model, rng, init="random"):
+def initialize(model, rng, init="random", strict=True):
     """q at the prior, in topological order; mixture assignments at random
     responsibilities, Dirichlet(1) draws (breaks the symmetry between components;
     ``seed`` fixes it), or with ``init="kmeans++"`` one-hot responsibilities to the
-    nearest of K data points seeded as in k-means++ (Arthur & Vassilvitskii 2007)."""
+    nearest of K data points seeded as in k-means++ (Arthur & Vassilvitskii 2007).
+    With ``strict=False`` (a method's default, not the user's choice) an assignment
+    that k-means++ cannot seed falls back to random responsibilities."""
     if init is None:
         init = "random"
     if init not in INITS:
@@ -116,7 +118,12 @@ def initialize(model, rng, init="random"):
         n.set_natural(n.prior_natural())
     for n in model.latent:
         if _is_assignment(model, n):
-            start_assignment(model, n, rng, init)
+            try:
+                start_assignment(model, n, rng, init)
+            except ValueError:  # k-means++ has no data to seed this assignment from
+                if strict:
+                    raise
+                start_assignment(model, n, rng, "random")
         n.fitted = False
 
 
@@ -243,9 +250,11 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     point : list of nodes or names that are point masses (MAP, delta method); for
         "em" the default is every latent node without the data axis (the parameters).
     rho : float, step size (damping) for nodes with non-conjugate messages.
-    init : "random" (Dirichlet(1) responsibilities; default) or "kmeans++" (one-hot
-        responsibilities to k-means++ seeds): how mixture assignments start
-        ("svi" defaults to "kmeans++" on its first minibatch).
+    init : "random" (Dirichlet(1) responsibilities) or "kmeans++" (one-hot
+        responsibilities to k-means++ seeds): how mixture assignments start. The
+        default (None) is the method's: "kmeans++" for "em" (falling back to random
+        for an assignment it cannot seed; measured in docs/em.md), "random" for the
+        others ("svi" uses "kmeans++" on its first minibatch).
 
     Until its first update a point-mass node publishes its prior expectations (q is
     the prior, as in VMP), not T(prior mode): a prior mode on the boundary (a Wishart
@@ -271,7 +280,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     if max_iter < 1:
         raise ValueError("max_iter must be >= 1")
     rng = np.random.default_rng(seed)
-    initialize(model, rng, "random" if init is None else init)
+    initialize(model, rng, cfg.init if init is None else init, strict=init is not None)
     rhos = {n: node_rho(model, n, cfg, rho) for n in model.schedule}
     trace = []
     converged = False
@@ -280,9 +289,9 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     try:
         for it in range(1, max_iter + 1):
             for n in (first_sweep_order(model, model.schedule) if it == 1 else model.schedule):
-                if it == 1 and n in points:
-                    n.point = True
                 blr_step(model, n, rhos[n], iteration=it)
+                if it == 1 and n in points:  # a point from its first update on; until then
+                    n.point = True           # it published its prior expectations
                 if n.point:
                     _check_point(n, it)
             for n in model.latent:

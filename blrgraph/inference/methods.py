@@ -16,6 +16,7 @@ class Method:
     nonconjugate: bool = False      # may non-conjugate factors send messages?
     default_point: str = "none"     # "none" or "global": EM's delta method
     stochastic: bool = False        # SVI: minibatches, Robbins-Monro rho for global nodes
+    init: str = "random"            # default start of mixture assignments (fit(init=None))
     description: str = ""
 
 
@@ -25,7 +26,7 @@ METHODS = {
     "vmp": Method("vmp", description="variational message passing: rho = 1 for every node"),
     "ncvmp": Method("ncvmp", rho=0.5, nonconjugate=True,
                     description="non-conjugate VMP: natural-gradient messages, damped (rho = 0.5)"),
-    "em": Method("em", default_point="global",
+    "em": Method("em", default_point="global", init="kmeans++",
                  description="EM: point masses (MAP) for the parameters, exact q for the latents"),
     "svi": Method("svi", stochastic=True,
                   description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa"),
