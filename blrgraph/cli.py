@@ -2,13 +2,14 @@
 
     blrgraph fit MODEL DATA.csv [--columns A B ...] [--k 3] [--target Y] [--option KEY=VALUE ...]
                                [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
+                               [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
-    blrgraph demo [--out demo-output] [--k 3] [--seed 1]
+    blrgraph demo [--out demo-output] [--k 3] [--seed 1] [--method svi ...]
     blrgraph models
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
-checkout: gmm, lda, linreg, latent_class, mixed_mixture, poisson_mixture) or
-the path to a model file of your own: a Python file that defines
+checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
+poisson_mixture) or the path to a model file of your own: a Python file that defines
 ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
@@ -18,6 +19,13 @@ elbo.png, and whatever the model's ``write_outputs`` writes (the Gaussian
 mixture: assignments.csv and clusters.png). Exit status: 0 on success, 1 when
 the data or the model cannot be used (the message on stderr says why and what
 to do), 2 for a malformed command line.
+
+The options of ``fit`` come from the model: ``model.meta["fit_options"]``, or
+``model.meta["fit_options_by_method"][METHOD]`` when the model has options for
+the chosen ``--method`` (gmm and lda: ``"svi"``); ``--max-iter``, ``--tol``,
+``--batch-size``, ``--epochs`` and ``--fit-option KEY=VALUE`` override them.
+With ``--method svi`` the printed ELBO is the stochastic estimate of the last
+minibatch, followed by the ELBO of the final posterior on all the data.
 """
 from __future__ import annotations
 
@@ -115,9 +123,9 @@ def build_options(module, given):
     return given
 
 
-def _parse_option(text):
+def _parse_option(text, flag="--option"):
     if "=" not in text:
-        raise CLIError(f"--option takes KEY=VALUE, got {text!r}")
+        raise CLIError(f"{flag} takes KEY=VALUE, got {text!r}")
     key, value = text.split("=", 1)
     try:
         value = ast.literal_eval(value)
@@ -127,15 +135,74 @@ def _parse_option(text):
 
 
 # ---- running a fit -----------------------------------------------------------------------
+SVI_ONLY = ("batch_size", "epochs")
+
+
+def fit_options_for(meta, method):
+    """The model's keyword arguments for ``fit(method)``: ``meta["fit_options_by_method"]
+    [method]`` if the model has them, else ``meta["fit_options"]``."""
+    by_method = meta.get("fit_options_by_method") or {}
+    return dict(by_method[method] if method in by_method else meta.get("fit_options", {}))
+
+
+def _check_overrides(method, extra):
+    """Refuse fit keywords the command line does not pass on: --batch-size and --epochs
+    without --method svi, and --fit-option keys that have their own flag."""
+    extra = {k: v for k, v in (extra or {}).items() if v is not None}
+    given = [k for k in SVI_ONLY if k in extra]
+    if method != "svi" and given:
+        flags = " and ".join("--" + k.replace("_", "-") for k in given)
+        raise CLIError(f"{flags} {'is an option' if len(given) == 1 else 'are options'} of "
+                       f"--method svi, not of {method!r}")
+    for key, flag in (("seed", "--seed"), ("progress", "--progress")):
+        if key in extra:
+            raise CLIError(f"--fit-option {key}=...: use {flag}")
+    return extra
+
+
+def _override(fit_options, method, max_iter=None, tol=None, extra=None):
+    """The command line's settings over the model's; for SVI a step budget replaces an
+    epoch budget and the other way round (fit("svi") takes one of them)."""
+    out = dict(fit_options)
+    extra = _check_overrides(method, extra)
+    if max_iter is not None:
+        out["max_iter"] = max_iter
+    if tol is not None:
+        out["tol"] = tol
+    if method == "svi":
+        if max_iter is not None or "max_steps" in extra:
+            out.pop("epochs", None)
+        if "epochs" in extra:
+            out.pop("max_iter", None)
+            out.pop("max_steps", None)
+    out.update(extra)
+    return out
+
+
+def full_elbo(fit):
+    """The ELBO of the fitted q on all the data: ``fit.elbo`` itself, except after SVI,
+    whose ``fit.elbo`` is a minibatch estimate; then one pass over the data (the final
+    local pass has fitted every local node). None when the data are streamed."""
+    if not getattr(fit, "estimate", False):
+        return fit.elbo
+    if any(getattr(n, "source", None) is not None for n in fit.model.observed):
+        return None
+    from blrgraph import elbo
+    return elbo(fit.model)
+
+
 def _fit(model, method, seed, restarts, fit_options, out):
-    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it)."""
+    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it; after
+    SVI the ELBO on all the data, not the noisy minibatch estimate)."""
     seeds = [seed + i for i in range(max(1, restarts))]
     if len(seeds) > 1:
         scores = []
         for s in seeds:
             f = model.fit(method, seed=s, **fit_options)
-            scores.append(f.elbo)
-            print(f"  restart seed {s}: ELBO {f.elbo:.6f}", file=out)
+            score = full_elbo(f)
+            score = f.elbo if score is None else score
+            scores.append(score)
+            print(f"  restart seed {s}: ELBO {score:.6f}", file=out)
         seed = seeds[int(np.argmax(scores))]
     return model.fit(method, seed=seed, **fit_options), seed
 
@@ -170,22 +237,22 @@ def _print_table(df, out):
 
 
 def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None, tol=None,
-        out_dir="blrgraph-output", plots=True, progress=None, stdout=None, stderr=None,
-        data_label=None, after_summary=None):
-    """Build, fit, print and write; returns (fit, summary). Used by ``fit`` and ``demo``."""
+        fit_overrides=None, out_dir="blrgraph-output", plots=True, progress=None, stdout=None,
+        stderr=None, data_label=None, after_summary=None):
+    """Build, fit, print and write; returns (fit, summary). Used by ``fit`` and ``demo``.
+    ``fit_overrides``: keyword arguments of ``fit`` over the model's (``--batch-size``,
+    ``--epochs``, ``--fit-option``)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if method is None:
         method = getattr(module, "DEFAULT_METHOD", "vmp")
+    _check_overrides(method, fit_overrides)        # before the (possibly long) build
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = module.build(data, **options)
         meta = getattr(model, "meta", {}) or {}
-        fit_options = dict(meta.get("fit_options", {}))
-        if max_iter is not None:
-            fit_options["max_iter"] = max_iter
-        if tol is not None:
-            fit_options["tol"] = tol
+        fit_options = _override(fit_options_for(meta, method), method, max_iter, tol,
+                                fit_overrides)
         if progress is None:
             progress = stderr.isatty() if hasattr(stderr, "isatty") else False
         if progress:
@@ -202,9 +269,22 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
     print(file=stdout)
     _print_table(summary, stdout)
     print(file=stdout)
-    status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
     what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
-    print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})", file=stdout)
+    elbo_all = None
+    if getattr(fit, "estimate", False):
+        state = getattr(fit.model, "svi_state", None) or {}
+        size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
+                if "batch_size" in state else "")
+        print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
+              f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
+        elbo_all = full_elbo(fit)
+        if elbo_all is not None:
+            print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
+        what = f"{what} estimate"
+    else:
+        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
+        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
+              file=stdout)
     if after_summary is not None:
         after_summary(fit, stdout)
 
@@ -216,6 +296,7 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
               "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
               "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
+              "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,
               "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
     written[1].write_text(json.dumps(_jsonable(record), indent=2) + "\n")
     if plots:
@@ -253,6 +334,15 @@ def _without_plots(extra, fit, out):
 
 
 # ---- commands ----------------------------------------------------------------------------
+def _fit_overrides(args):
+    """--batch-size, --epochs and --fit-option KEY=VALUE as keyword arguments of fit."""
+    out = {"batch_size": args.batch_size, "epochs": args.epochs}
+    for text in args.fit_option or []:
+        key, value = _parse_option(text, "--fit-option")
+        out[key] = value
+    return out
+
+
 def cmd_fit(args, stdout, stderr):
     module = load_model(args.model)
     given = {"columns": args.columns, "k": args.k, "target": args.target}
@@ -266,7 +356,8 @@ def cmd_fit(args, stdout, stderr):
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
     run(module, table, options, method=args.method, seed=args.seed, restarts=args.restarts,
-        max_iter=args.max_iter, tol=args.tol, out_dir=args.out, plots=not args.no_plots,
+        max_iter=args.max_iter, tol=args.tol, fit_overrides=_fit_overrides(args),
+        out_dir=args.out, plots=not args.no_plots,
         progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
     return 0
 
@@ -292,7 +383,8 @@ def cmd_demo(args, stdout, stderr):
                   f"other optima, and the ELBO says which one fits better.", file=out)
 
     run(module, io.read_table(path), {"k": args.k, "columns": IRIS_COLUMNS}, method=args.method,
-        seed=args.seed, restarts=args.restarts, out_dir=args.out, plots=not args.no_plots,
+        seed=args.seed, restarts=args.restarts, fit_overrides=_fit_overrides(args),
+        out_dir=args.out, plots=not args.no_plots,
         progress=args.progress, stdout=stdout, stderr=stderr,
         data_label="the iris measurements (blrgraph/data/iris.csv, 150 flowers)",
         after_summary=crosstab)
@@ -331,6 +423,14 @@ def make_parser():
                        help="fit with seeds SEED..SEED+R-1 and keep the best ELBO (1)")
         q.add_argument("--out", default=out_default, help=f"output directory ({out_default})")
         q.add_argument("--no-plots", action="store_true", help="do not write PNG files")
+        q.add_argument("--batch-size", type=int, metavar="B",
+                       help="--method svi: rows (documents for lda) per minibatch (default: the "
+                            "model's, else min(N, 256))")
+        q.add_argument("--epochs", type=int, metavar="E",
+                       help="--method svi: passes over the data (default: the model's, else 5)")
+        q.add_argument("--fit-option", action="append", metavar="KEY=VALUE",
+                       help="any other keyword argument of fit(), e.g. --fit-option kappa=0.9 "
+                            "(svi: tau, kappa, batch_over, init, warmup)")
         g = q.add_mutually_exclusive_group()
         g.add_argument("--progress", dest="progress", action="store_true", default=None,
                        help="show a progress bar (needs tqdm; default: when stderr is a terminal)")
@@ -343,10 +443,12 @@ def make_parser():
     f.add_argument("--columns", nargs="+", metavar="COL",
                    help="columns to use (names, space or comma separated; default: all)")
     f.add_argument("--k", type=int, help="number of components / classes / topics")
-    f.add_argument("--target", help="response column (linreg)")
+    f.add_argument("--target", help="response column (linreg, logreg, poisson_reg)")
     f.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="any other option of the model's build(), e.g. --option covariance=diag")
-    f.add_argument("--max-iter", type=int, help="maximum number of sweeps")
+    f.add_argument("--max-iter", type=int,
+                   help="maximum number of sweeps (--method svi: of minibatch steps, instead of "
+                        "--epochs)")
     f.add_argument("--tol", type=float, help="relative ELBO change that ends the run")
     common(f, "blrgraph-output")
     f.set_defaults(handler=cmd_fit)

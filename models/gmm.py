@@ -30,6 +30,11 @@ posterior predictive of their observed cells (:func:`predict_proba`).
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
     gmm.summarize(fit)                 # one row per (component, column)
     gmm.predict_proba(fit, new_rows)   # (M, K) cluster probabilities
+
+Many rows (or rows in a memory-mapped file): stochastic VI on minibatches of
+rows, the same model and results (docs/models/gmm.md, "SVI")::
+
+    fit = model.fit("svi", seed=0, **model.meta["fit_options_by_method"]["svi"])
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from scipy.special import logsumexp
 import blrgraph as bg
 from blrgraph import io
 
+NAME = "gmm"
 DEFAULT_METHOD = "vmp"
 DESCRIPTION = "Gaussian mixture (full or diagonal covariance), K chosen by the user"
 
@@ -84,8 +90,12 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
     model = bg.Model(x)
     # k-means++ starting responsibilities need one data vector per z (full covariance)
     fit_options = {"max_iter": 1000, "tol": 1e-8, "init": "kmeans++" if covariance == "full" else "random"}
-    model.meta = {"zoo": "gmm", "table": table, "columns": table.numeric, "X": X, "mask": mask,
-                  "k": k, "covariance": covariance, "fit_options": fit_options}
+    # fit("svi"): minibatches of rows (the data axis of x, shared by z); global steps
+    # rho_t = (t + 1)^-0.7; the first minibatch starts from k-means++ seeds
+    svi_options = {"batch_size": min(N, 1000), "epochs": 10, "init": "kmeans++"}
+    model.meta = {"zoo": NAME, "table": table, "columns": table.numeric, "X": X, "mask": mask,
+                  "k": k, "covariance": covariance, "fit_options": fit_options,
+                  "fit_options_by_method": {"svi": svi_options}}
     return model
 
 
@@ -105,21 +115,13 @@ def _data_mean_cov(X, mask):
     return m0, C
 
 
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != "gmm":
-        raise TypeError("gmm: give the FitResult of a model built by gmm.build")
-    return model
-
-
 def components(fit):
     """Posterior per component: weight E[w_k], mean E[mu_k] (K, D), mean_sd (posterior sd
     of mu_k), sd (sqrt of the diagonal of E[Sigma_k]) and the Student-t predictive
     (loc, shape matrix, dof) of each component (MATH.md §3.4)."""
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     meta = model.meta
-    alpha = model["weights"].posterior.params["alpha"]
-    out = {"weight": alpha / alpha.sum()}
+    out = {"weight": io.mixture_weights(model)}
     p = model["theta"].posterior.params
     D = len(meta["columns"])
     if meta["covariance"] == "full":
@@ -145,7 +147,7 @@ def predict_proba(fit, X_new):
     """(M, K) probabilities of each component for new rows (a DataFrame with the
     model's columns, or an (M, D) array; NaN cells are marginalised out):
     p(z = k | x) proportional to E[w_k] St(x | component k's posterior predictive)."""
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     meta = model.meta
     X = _as_matrix(X_new, meta["columns"])
     comp = components(model)
@@ -186,9 +188,9 @@ def _as_matrix(X_new, columns):
 def assignments(fit):
     """(N, K) cluster probabilities of the training rows (rows left out of a
     full-covariance fit: from the predictive of their observed cells)."""
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     meta = model.meta
-    r = np.asarray(model["z"].posterior.mean).reshape(len(meta["X"]), meta["k"])
+    r = io.responsibilities(model)
     if meta["covariance"] == "full":
         partial = ~meta["mask"].all(axis=1)
         if partial.any():
@@ -201,7 +203,7 @@ def summarize(fit):
     """One row per (component, column): weight (E[w_k]), n (expected rows), the
     posterior mean of the component mean, its posterior sd, and the component's sd."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     comp = components(model)
     n = assignments(model).sum(axis=0)
     rows = []
@@ -217,15 +219,10 @@ def write_outputs(fit, out_dir):
     """assignments.csv (cluster probabilities per row) and clusters.png (scatter)."""
     from pathlib import Path
 
-    pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     meta = model.meta
     r = assignments(model)
-    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(meta["k"])], index=meta["table"].index)
-    df.insert(0, "cluster", r.argmax(axis=1))
-    path = Path(out_dir) / "assignments.csv"
-    df.to_csv(path, index_label="row")
-    out = [path]
+    out = [io.write_assignments(r, meta["table"].index, out_dir, label="cluster")]
     from blrgraph import plotting
     X = np.where(meta["mask"], meta["X"], np.nan)
     out.append(plotting.plot_clusters(X, r, Path(out_dir) / "clusters.png", columns=meta["columns"],

@@ -23,6 +23,7 @@ import numpy as np
 import blrgraph as bg
 from blrgraph import io
 
+NAME = "latent_class"
 DEFAULT_METHOD = "vmp"
 DESCRIPTION = "latent class analysis: mixture of Categorical columns (discrete tables)"
 
@@ -48,26 +49,19 @@ def build(data, k=2, columns=None, alpha=1.0, beta=1.0):
                   .observe(np.where(observed, codes, 0), mask=observed))
 
     model = bg.Model(*xs)
-    model.meta = {"zoo": "latent_class", "table": table, "columns": table.names, "k": k,
+    model.meta = {"zoo": NAME, "table": table, "columns": table.names, "k": k,
                   "fit_options": {"max_iter": 1000, "tol": 1e-8}}
-    return model
-
-
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != "latent_class":
-        raise TypeError("latent_class: give the FitResult of a model built by latent_class.build")
     return model
 
 
 def class_membership(fit):
     """(N, K) posterior class probabilities of the rows."""
-    return np.asarray(_model(fit)["z"].posterior.mean)
+    return io.responsibilities(io.fitted_model(fit, NAME))
 
 
 def profiles(fit):
     """{column: (K, L) posterior mean probabilities of each level in each class}."""
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     return {c: model[f"phi[{c}]"].posterior.mean for c in model.meta["columns"]}
 
 
@@ -75,10 +69,9 @@ def summarize(fit):
     """One row per (class, column, level): the class weight E[w_k], the posterior
     mean probability of the level in that class and its posterior sd."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     table = model.meta["table"]
-    alpha = model["weights"].posterior.params["alpha"]
-    weight = alpha / alpha.sum()
+    weight = io.mixture_weights(model)
     rows = []
     for k in range(model.meta["k"]):
         for c in model.meta["columns"]:
@@ -92,13 +85,6 @@ def summarize(fit):
 
 def write_outputs(fit, out_dir):
     """assignments.csv: the most probable class and the class probabilities per row."""
-    from pathlib import Path
-
-    pd = io.require_pandas()
-    model = _model(fit)
-    r = class_membership(model)
-    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=model.meta["table"].index)
-    df.insert(0, "class", r.argmax(axis=1))
-    path = Path(out_dir) / "assignments.csv"
-    df.to_csv(path, index_label="row")
-    return [path]
+    model = io.fitted_model(fit, NAME)
+    return [io.write_assignments(class_membership(model), model.meta["table"].index, out_dir,
+                                 label="class")]

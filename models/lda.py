@@ -19,6 +19,11 @@ simple tokenizer (:func:`tokenize`) turns into counts.
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
     lda.summarize(fit)      # one row per topic: its corpus share and top words
     lda.doc_topics(fit)     # (D, K) topic mixture of every document
+
+A large corpus: stochastic VI on minibatches of documents (batch_over="theta",
+so that a document's theta sees all its words; docs/models/lda.md, "SVI")::
+
+    fit = model.fit("svi", seed=0, **model.meta["fit_options_by_method"]["svi"])
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import scipy.sparse as sp
 import blrgraph as bg
 from blrgraph import io
 
+NAME = "lda"
 DEFAULT_METHOD = "vmp"
 DESCRIPTION = "latent Dirichlet allocation from a document-term matrix or texts (columns=TEXT)"
 
@@ -103,8 +109,14 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
     y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(coo.col, weights=coo.data)
 
     model = bg.Model(y)
-    model.meta = {"zoo": "lda", "vocabulary": list(vocabulary), "k": k, "n_docs": D,
-                  "fit_options": {"max_iter": 500, "tol": 1e-6}}
+    model.meta = {"zoo": NAME, "vocabulary": list(vocabulary), "k": k, "n_docs": D,
+                  "fit_options": {"max_iter": 500, "tol": 1e-6},
+                  # fit("svi"): minibatches of documents (theta's axis, reaching z and the
+                  # words through the gather theta[doc_ids]); random starting topics
+                  # (k-means++ seeds on one-hot words can start two topics on one)
+                  "fit_options_by_method": {"svi": {"batch_over": "theta",
+                                                    "batch_size": min(D, 256), "epochs": 10,
+                                                    "init": "random"}}}
     return model
 
 
@@ -130,22 +142,15 @@ def _counts(data, columns, vocabulary, stop_words, min_count):
     return document_term_matrix(texts, vocabulary, stop_words, min_count)
 
 
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != "lda":
-        raise TypeError("lda: give the FitResult of a model built by lda.build")
-    return model
-
-
 def topic_word(fit):
     """(K, V) posterior mean word probabilities of each topic, E[phi_k]."""
-    return np.asarray(_model(fit)["phi"].posterior.mean)
+    return np.asarray(io.fitted_model(fit, NAME)["phi"].posterior.mean)
 
 
 def doc_topics(fit):
     """DataFrame (D, K): the posterior mean topic mixture E[theta_d] of every document."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     theta = np.asarray(model["theta"].posterior.mean)
     return pd.DataFrame(theta, columns=[f"topic{k}" for k in range(theta.shape[1])])
 
@@ -153,7 +158,7 @@ def doc_topics(fit):
 def topic_words(fit, n_words=10):
     """Long table: topic, rank, word, prob (the top ``n_words`` words of each topic)."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     phi = topic_word(model)
     vocab = model.meta["vocabulary"]
     rows = []
@@ -167,7 +172,7 @@ def summarize(fit, n_words=8):
     """One row per topic: its share of the corpus (mean of E[theta_dk] over the
     documents) and its top ``n_words`` words, most probable first."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     phi = topic_word(model)
     share = np.asarray(model["theta"].posterior.mean).mean(axis=0)
     vocab = model.meta["vocabulary"]

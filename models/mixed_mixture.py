@@ -30,6 +30,7 @@ import numpy as np
 import blrgraph as bg
 from blrgraph import io
 
+NAME = "mixed_mixture"
 DEFAULT_METHOD = "vmp"
 DESCRIPTION = "mixture over numeric (Gaussian) and categorical columns, missing cells masked"
 
@@ -69,23 +70,14 @@ def build(data, k=3, columns=None, categorical=None, alpha=1.0, beta=1.0, beta0=
                      .observe(np.where(observed, codes, 0), mask=observed))
 
     model = bg.Model(*nodes)
-    model.meta = {"zoo": "mixed_mixture", "table": table, "k": k,
+    model.meta = {"zoo": NAME, "table": table, "k": k,
                   "fit_options": {"max_iter": 1000, "tol": 1e-8}}
-    return model
-
-
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != "mixed_mixture":
-        raise TypeError("mixed_mixture: give the FitResult of a model built by mixed_mixture.build")
     return model
 
 
 def assignments(fit):
     """(N, K) posterior component probabilities of the rows."""
-    model = _model(fit)
-    r = np.asarray(model["z"].posterior.mean)
-    return r.reshape(r.shape[0], r.shape[-1])
+    return io.responsibilities(io.fitted_model(fit, NAME))
 
 
 def _t_sd(scale2, a):
@@ -100,10 +92,9 @@ def summarize(fit):
     component. Categorical columns: one row per level, ``mean`` = the posterior mean
     probability of the level, ``mean_sd`` its posterior sd."""
     pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     table = model.meta["table"]
-    alpha = model["weights"].posterior.params["alpha"]
-    weight = alpha / alpha.sum()
+    weight = io.mixture_weights(model)
     n = assignments(model).sum(axis=0)
     rows = []
     if table.numeric:
@@ -129,15 +120,10 @@ def write_outputs(fit, out_dir):
     clusters.png: the numeric columns coloured by component (when there are any)."""
     from pathlib import Path
 
-    pd = io.require_pandas()
-    model = _model(fit)
+    model = io.fitted_model(fit, NAME)
     table = model.meta["table"]
     r = assignments(model)
-    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=table.index)
-    df.insert(0, "component", r.argmax(axis=1))
-    path = Path(out_dir) / "assignments.csv"
-    df.to_csv(path, index_label="row")
-    out = [path]
+    out = [io.write_assignments(r, table.index, out_dir)]
     if table.numeric:
         from blrgraph import plotting
         out.append(plotting.plot_clusters(table.numeric_array(), r, Path(out_dir) / "clusters.png",

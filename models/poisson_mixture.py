@@ -21,6 +21,7 @@ import numpy as np
 import blrgraph as bg
 from blrgraph import io
 
+NAME = "poisson_mixture"
 DEFAULT_METHOD = "vmp"
 DESCRIPTION = "mixture of Poissons for count columns"
 
@@ -43,32 +44,22 @@ def build(data, k=2, columns=None, alpha=1.0, a0=1.0):
     x = bg.Mixture(z, bg.Poisson, rate, name="x").observe(np.where(mask, X, 0.0), mask=mask)
 
     model = bg.Model(x)
-    model.meta = {"zoo": "poisson_mixture", "table": table, "columns": table.names, "k": k,
+    model.meta = {"zoo": NAME, "table": table, "columns": table.names, "k": k,
                   "fit_options": {"max_iter": 1000, "tol": 1e-8}}
-    return model
-
-
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != "poisson_mixture":
-        raise TypeError("poisson_mixture: give the FitResult of a model built by poisson_mixture.build")
     return model
 
 
 def assignments(fit):
     """(N, K) posterior component probabilities of the rows."""
-    model = _model(fit)
-    r = np.asarray(model["z"].posterior.mean)
-    return r.reshape(r.shape[0], r.shape[-1])
+    return io.responsibilities(io.fitted_model(fit, NAME))
 
 
 def summarize(fit):
     """One row per (component, column): weight E[w_k], n (expected rows), the
     posterior mean of the rate and its posterior sd."""
     pd = io.require_pandas()
-    model = _model(fit)
-    alpha = model["weights"].posterior.params["alpha"]
-    weight = alpha / alpha.sum()
+    model = io.fitted_model(fit, NAME)
+    weight = io.mixture_weights(model)
     n = assignments(model).sum(axis=0)
     post = model["rate"].posterior            # plates (D, K)
     mean, sd = post.mean, np.sqrt(post.var)
@@ -80,13 +71,5 @@ def summarize(fit):
 
 def write_outputs(fit, out_dir):
     """assignments.csv: the most probable component and the probabilities per row."""
-    from pathlib import Path
-
-    pd = io.require_pandas()
-    model = _model(fit)
-    r = assignments(model)
-    df = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])], index=model.meta["table"].index)
-    df.insert(0, "component", r.argmax(axis=1))
-    path = Path(out_dir) / "assignments.csv"
-    df.to_csv(path, index_label="row")
-    return [path]
+    model = io.fitted_model(fit, NAME)
+    return [io.write_assignments(assignments(model), model.meta["table"].index, out_dir)]

@@ -11,7 +11,8 @@ closed form, so the ELBO is the true one. A Gamma
 precision alpha is conjugate and is updated in closed form (rho = 1) inside the
 same fit; w takes damped steps (rho = 0.5).
 
-Input: a DataFrame or CSV path with ``target=`` the response column and
+Input (read by ``blrgraph.io.design_matrix``, shared with linreg and
+logreg): a DataFrame or CSV path with ``target=`` the response column and
 ``columns=`` the predictors (default: every other column), or a pair of arrays
 ``(X, y)``. The target holds counts (non-negative integers). A categorical predictor
 becomes 0/1 indicator columns (the first level is the reference). Missing
@@ -33,10 +34,7 @@ original scale: w = A w_std is an exact linear map of the Gaussian posterior.
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-from scipy import stats
 
 import blrgraph as bg
 from blrgraph import io
@@ -50,59 +48,16 @@ DESCRIPTION = ("Bayesian Poisson regression (log link), full-covariance Gaussian
 def build(data, target=None, columns=None, intercept=True, prior="fixed", prior_precision=1.0,
           a0=1e-2, b0=1e-2, standardize=True):
     """Poisson regression of ``target`` on ``columns`` (see the module docstring)."""
-    X, y, terms, design = _design(data, target, columns, intercept)
-    N, P = X.shape
-    observed = _check_target(y, design["target"]) & _complete_rows(X, N)
-    Xs, A = _standardize(X, observed, intercept) if standardize else (X, np.eye(P))
-    yv = bg.Poisson(log_rate=bg.Dot(np.where(np.isfinite(Xs), Xs, 0.0),
-                                    bg.MultivariateNormal(np.zeros(P), _prior(P, prior, prior_precision,
-                                                                              a0, b0), name="w"),
-                                    name="eta"),
-                    name="y").observe(np.where(observed, y, 0.0), mask=observed)
-    model = bg.Model(yv)
-    model.meta = {"zoo": NAME, "terms": terms, "design": design, "X": X, "y": y,
-                  "observed": observed, "prior": prior, "target": design["target"],
-                  "to_original": A,
+    d = io.design_matrix(data, target, columns, intercept=intercept, target_kind="counts",
+                         standardize=standardize, name=NAME, what="Poisson regression")
+    P = len(d.terms)
+    w = bg.MultivariateNormal(np.zeros(P), _prior(P, prior, prior_precision, a0, b0), name="w")
+    y = bg.Poisson(log_rate=bg.Dot(d.X_fit, w, name="eta"), name="y").observe(d.y_fit,
+                                                                              mask=d.observed)
+    model = bg.Model(y)
+    model.meta = {"zoo": NAME, **d.meta(), "prior": prior,
                   "fit_options": {"max_iter": 2000, "tol": 1e-10}}
     return model
-
-
-def _check_target(y, target):
-    obs = np.isfinite(y)
-    bad = obs & ((y < 0) | (y != np.round(y)))
-    if np.any(bad):
-        raise ValueError(f"{NAME}: the target {target!r} must hold counts (non-negative integers), "
-                         f"but {int(bad.sum())} values do not, e.g. {y[np.argmax(bad)]:g}")
-    return obs
-
-
-def _complete_rows(X, N):
-    ok = np.all(np.isfinite(X), axis=1)
-    if not ok.all():
-        warnings.warn(f"{NAME}: {int((~ok).sum())} of {N} rows have a missing predictor; they are "
-                      f"masked out of the fit (Dot(X, w) needs complete covariates): impute them "
-                      f"to use those rows", stacklevel=3)
-    if not ok.any():
-        raise ValueError(f"{NAME}: no row has every predictor observed")
-    return ok
-
-
-def _standardize(X, rows, intercept):
-    """Centre (with an intercept) and scale every column with more than two distinct
-    values; returns (X_std, A) with w_original = A w_std (exact: a linear map of a
-    Gaussian). The prior then applies to the standardised coefficients, and the
-    first sweep never sees astronomically wide linear predictors."""
-    Xs, A = X.copy(), np.eye(X.shape[1])
-    for j in range(int(intercept), X.shape[1]):
-        col = X[rows, j]
-        if len(np.unique(col)) <= 2 or np.std(col) == 0:
-            continue                                   # indicators and constants stay as they are
-        c, s = (np.mean(col) if intercept else 0.0), np.std(col)
-        Xs[:, j] = (X[:, j] - c) / s
-        A[j, j] = 1.0 / s
-        if intercept:
-            A[0, j] = -c / s
-    return Xs, A
 
 
 def _prior(P, prior, prior_precision, a0, b0):
@@ -114,111 +69,11 @@ def _prior(P, prior, prior_precision, a0, b0):
     raise ValueError(f"{NAME}: prior={prior!r}; choose 'fixed', 'gamma' or 'ard'")
 
 
-# ---- the design matrix (same recipe as linreg.py) ------------------------------------------
-def _design(data, target, columns, intercept):
-    """(X, y, term names, recipe to rebuild X from new rows)."""
-    if isinstance(data, tuple) and len(data) == 2:
-        X, y = (np.asarray(a, dtype=float) for a in data)
-        X = X[:, None] if X.ndim == 1 else X
-        if X.ndim != 2 or y.shape != (X.shape[0],):
-            raise ValueError(f"{NAME}: give (X, y) with X of shape (N, P) and y of shape (N,), got "
-                             f"{X.shape} and {y.shape}")
-        names = [f"x{j}" for j in range(X.shape[1])]
-        design = {"kind": "array", "columns": names, "intercept": intercept, "target": "y",
-                  "levels": {}}
-        return _with_intercept(X, intercept), y, (["intercept"] if intercept else []) + names, design
-    df = io.read_table(data)
-    if target is None:
-        raise ValueError(f"{NAME}: name the response column with target= (--target); columns: "
-                         f"{list(df.columns)}")
-    if target not in df.columns:
-        raise ValueError(f"{NAME}: unknown target column {target!r}; columns: {list(df.columns)}")
-    cols = io.parse_columns(columns) or [c for c in df.columns if c != target]
-    if target in cols:
-        raise ValueError(f"{NAME}: the target {target!r} cannot also be a predictor; leave it out "
-                         f"of columns=")
-    table = io.encode_table(df, cols + [target])
-    design = {"kind": "table", "columns": cols, "intercept": intercept, "target": target,
-              "levels": {c: table.levels(c) for c in table.categorical if c != target}}
-    col = table[target]
-    if col.kind == "categorical":
-        raise ValueError(f"{NAME}: the target column {target!r} is categorical (levels "
-                         f"{table.levels(target)[:4]}); Poisson regression needs counts")
-    y = col.values.astype(float)
-    X, terms = _expand(table, design)
-    return _with_intercept(X, intercept), y, (["intercept"] if intercept else []) + terms, design
-
-
-def _expand(table, design):
-    """Numeric columns as they are; a categorical column as indicators of its levels
-    after the first (the reference level)."""
-    blocks, terms = [], []
-    for c in design["columns"]:
-        col = table[c]
-        if c in design["levels"]:
-            if col.kind != "categorical":
-                raise ValueError(f"{NAME}: column {c!r} was categorical when the model was built")
-            labels = [col.levels[int(v)] if v >= 0 else None for v in col.values]
-            for lv in design["levels"][c][1:]:
-                blocks.append(np.array([np.nan if lab is None else float(lab == lv) for lab in labels]))
-                terms.append(f"{c}[{lv}]")
-        else:
-            blocks.append(col.values.astype(float))
-            terms.append(c)
-    return np.column_stack(blocks) if blocks else np.empty((table.n_rows, 0)), terms
-
-
-def _with_intercept(X, intercept):
-    return np.column_stack([np.ones(len(X)), X]) if intercept else X
-
-
-def _model(fit):
-    model = getattr(fit, "model", fit)
-    if getattr(model, "meta", {}).get("zoo") != NAME:
-        raise TypeError(f"{NAME}: give the FitResult of a model built by {NAME}.build")
-    return model
-
-
-def _new_design(model, X_new):
-    d = model.meta["design"]
-    if d["kind"] == "array" or not hasattr(X_new, "columns"):
-        X = np.atleast_2d(np.asarray(X_new, dtype=float))
-        n_in = len(model.meta["terms"]) - int(d["intercept"])
-        if X.shape[1] != n_in:
-            raise ValueError(f"{NAME}.predict: new rows need {n_in} columns "
-                             f"{model.meta['terms'][int(d['intercept']):]}, got shape {X.shape}")
-        return _with_intercept(X, d["intercept"])
-    missing = [c for c in d["columns"] if c not in X_new.columns]
-    if missing:
-        raise ValueError(f"{NAME}.predict: new rows lack the column(s) {missing}")
-    table = io.encode_table(X_new[d["columns"]], categorical=list(d["levels"]))
-    for c, levels in d["levels"].items():          # re-use the training levels
-        col = table[c]
-        labels = [col.levels[int(v)] if v >= 0 else None for v in col.values]
-        unknown = sorted({lab for lab in labels if lab is not None and lab not in levels}, key=str)
-        if unknown:
-            raise ValueError(f"{NAME}.predict: column {c!r} has levels {unknown} not seen in training")
-        col.levels = list(levels)
-        col.values = np.array([-1 if lab is None else levels.index(lab) for lab in labels])
-    X, _ = _expand(table, d)
-    return _with_intercept(X, d["intercept"])
-
-
-# ---- results ------------------------------------------------------------------------------
+# ---- results (original scale of the columns: blrgraph.io undoes the standardisation) --------
 def linear_predictor(fit, X_new):
     """Mean and variance of a = x . w under q for new rows (a DataFrame with the
     predictor columns, or an array without the intercept column)."""
-    model = _model(fit)
-    X = _new_design(model, X_new)
-    m, S = _weights(model)
-    return X @ m, np.einsum("ni,ij,nj->n", X, S, X)
-
-
-def _weights(model):
-    """Posterior mean and covariance of the weights on the original scale of the columns."""
-    q = model["w"].posterior
-    A = model.meta["to_original"]
-    return A @ q.mean, A @ q.cov @ A.T
+    return io.linear_predictor(io.fitted_model(fit, NAME), X_new)
 
 
 def predict_rate(fit, X_new):
@@ -234,36 +89,15 @@ def summarize(fit, level=0.95):
     """One row per weight: posterior mean, sd, central ``level`` interval, the rate
     ratio exp(mean) (the posterior median of exp(w_j)) and the prior sd (with a Gamma
     precision, at its posterior mean), all on the original scale of the columns."""
-    pd = io.require_pandas()
-    model = _model(fit)
-    m, S = _weights(model)
-    sd = np.sqrt(np.diag(S))
-    zq = stats.norm.ppf(0.5 + level / 2)
-    lo_name, hi_name = f"q{50 - 50 * level:g}", f"q{50 + 50 * level:g}"
-    prec = np.diag(model["w"].factor.parents[1].moments()[0]) if model.meta["prior"] == "fixed" \
-        else np.broadcast_to(model["alpha"].posterior.mean, m.shape)
-    A = model.meta["to_original"]
-    prior_sd = np.sqrt(np.einsum("ij,j,ij->i", A, 1.0 / prec, A))
-    return pd.DataFrame([{"term": t, "mean": m[i], "sd": sd[i], lo_name: m[i] - zq * sd[i],
-                          hi_name: m[i] + zq * sd[i], "rate_ratio": np.exp(m[i]),
-                          "prior_sd": prior_sd[i]}
-                         for i, t in enumerate(model.meta["terms"])])
+    model = io.fitted_model(fit, NAME)
+    m, S = io.weights_posterior(model)
+    return io.weights_summary(model.meta["terms"], m, S, level, rate_ratio=np.exp(m),
+                              prior_sd=io.prior_sd(model))
 
 
 def write_outputs(fit, out_dir):
     """predictions.csv: the target and the expected count per row (rows with a missing target
     get a prediction too; rows with a missing predictor get none)."""
-    from pathlib import Path
-
-    pd = io.require_pandas()
-    model = _model(fit)
-    X = model.meta["X"]
-    ok = np.all(np.isfinite(X), axis=1)
-    rate = np.full(len(X), np.nan)
-    if ok.any():
-        d = model.meta["design"]
-        rate[ok] = predict_rate(fit, X[ok][:, int(d["intercept"]):])
-    df = pd.DataFrame({model.meta["target"]: model.meta["y"], "predicted_rate": rate})
-    path = Path(out_dir) / "predictions.csv"
-    df.to_csv(path, index_label="row")
-    return [path]
+    model = io.fitted_model(fit, NAME)
+    return [io.write_predictions(model, out_dir,
+                                 predicted_rate=io.training_predictions(model, predict_rate))]

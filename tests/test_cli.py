@@ -198,6 +198,60 @@ def test_lda_and_linreg_from_csv(tmp_path):
     assert np.isnan(pred.loc[0, "y"]) and np.isfinite(pred.loc[0, "predicted_mean"])
 
 
+def test_fit_with_method_svi(tmp_path):
+    """--method svi takes the model's SVI options (gmm: minibatches of rows; lda:
+    of documents), prints the minibatch ELBO estimate and the ELBO on all the data,
+    and --batch-size / --epochs / --fit-option override them."""
+    rng = np.random.default_rng(2)
+    n = 2000
+    g = rng.choice(2, size=n)
+    df = pd.DataFrame({"height": rng.normal([150.0, 180.0], 5.0, size=(n, 2))[np.arange(n), g],
+                       "weight": rng.normal([50.0, 80.0], 4.0, size=(n, 2))[np.arange(n), g]})
+    df.loc[[3, 10], "weight"] = np.nan
+    path = tmp_path / "people.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / "g"
+    code, stdout, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--restarts", "2",
+                               "--out", out, "--no-plots")
+    assert code == 0, stderr
+    assert "(method 'svi', seed" in stdout and "restart seed 1" in stdout
+    assert "ELBO estimate:" in stdout and "20 steps on minibatches of 1000 along 'x'" in stdout
+    assert "ELBO on all the data:" in stdout
+    record = json.loads((out / "summary.json").read_text())
+    assert record["method"] == "svi" and record["n_iter"] == 20 and record["elbo_estimate"] is True
+    assert math.isfinite(record["elbo_all_data"]) and record["elbo"] == record["elbo_trace"][-1]
+    summary = pd.read_csv(out / "summary.csv")
+    means = np.sort(summary[summary.variable == "height"]["mean"].to_numpy())
+    assert abs(means[0] - 150) < 1 and abs(means[1] - 180) < 1
+    assert len(pd.read_csv(out / "assignments.csv")) == n
+    # the command line's settings over the model's
+    code, stdout, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--batch-size", "250",
+                               "--epochs", "2", "--fit-option", "kappa=0.9", "--out", tmp_path / "g2",
+                               "--no-plots")
+    assert code == 0, stderr
+    assert "16 steps on minibatches of 250" in stdout
+    code, stdout, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--max-iter", "7",
+                               "--out", tmp_path / "g3", "--no-plots")
+    assert code == 0 and "7 steps" in stdout, stderr
+    code, _, stderr = run("fit", "gmm", path, "--k", "2", "--batch-size", "100", "--out", tmp_path / "x")
+    assert code == 1 and "--batch-size is an option of --method svi" in stderr
+    code, _, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--fit-option", "kappa=0.3",
+                          "--out", tmp_path / "x")
+    assert code == 1 and "kappa must lie in (0.5, 1]" in stderr
+
+    docs = tmp_path / "docs.csv"
+    topics = [["apple", "banana", "cherry", "grape"], ["goal", "match", "team", "score"]]
+    texts = [" ".join(rng.choice(topics[d % 2], size=20)) for d in range(300)]
+    pd.DataFrame({"text": texts}).to_csv(docs, index=False)
+    code, stdout, stderr = run("fit", "lda", docs, "--k", "2", "--method", "svi", "--out",
+                               tmp_path / "l", "--no-plots")
+    assert code == 0, stderr
+    assert "minibatches of 256 along 'theta'" in stdout              # batches of documents
+    top = pd.read_csv(tmp_path / "l" / "summary.csv")["top_words"]
+    assert sorted(sorted(t.split()[:4]) for t in top) == sorted(sorted(t) for t in topics)
+    assert len(pd.read_csv(tmp_path / "l" / "doc_topics.csv")) == 300
+
+
 def test_demo(tmp_path):
     code, stdout, stderr = run("demo", "--out", tmp_path / "demo")
     assert code == 0, stderr
@@ -211,7 +265,8 @@ def test_demo(tmp_path):
 def test_models_lists_the_zoo():
     code, stdout, _ = run("models")
     assert code == 0
-    for name in ("gmm", "lda", "linreg", "latent_class", "mixed_mixture", "poisson_mixture"):
+    for name in ("gmm", "lda", "linreg", "logreg", "poisson_reg", "latent_class", "mixed_mixture",
+                 "poisson_mixture"):
         assert name in stdout
 
 

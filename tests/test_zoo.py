@@ -5,7 +5,9 @@ Recovery is checked against the posterior's own uncertainty: a posterior mean
 must lie within a few posterior standard deviations of the true value (plus a
 small slack where the truth is a sample-level quantity such as a proportion).
 Component labels are arbitrary, so estimated components are matched to the
-true ones first (Hungarian assignment on the parameters).
+true ones first (Hungarian assignment on the parameters). The Gaussian mixture
+and LDA are also fitted by SVI with the options their build() recommends
+(``model.meta["fit_options_by_method"]["svi"]``) and must recover the same.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from scipy.optimize import linear_sum_assignment
 
 pd = pytest.importorskip("pandas")
 
+import blrgraph as bg  # noqa: E402
 from blrgraph import io  # noqa: E402
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -51,6 +54,20 @@ def fit(module, model, seed=0, restarts=1):
         elbos = [model.fit(module.DEFAULT_METHOD, seed=seed + i, **opts).elbo for i in range(restarts)]
         seed += int(np.argmax(elbos))
     return model.fit(module.DEFAULT_METHOD, seed=seed, **opts)
+
+
+def fit_svi(model, seed=0, restarts=1):
+    """fit("svi") with the model's SVI options; with ``restarts`` > 1 keep the seed whose
+    final posterior has the best ELBO on all the data (``fit.elbo`` is a noisy minibatch
+    estimate; after the final local pass ``bg.elbo`` is exact)."""
+    opts = model.meta["fit_options_by_method"]["svi"]
+    if restarts > 1:
+        elbos = []
+        for i in range(restarts):
+            model.fit("svi", seed=seed + i, **opts)
+            elbos.append(bg.elbo(model))
+        seed += int(np.argmax(elbos))
+    return model.fit("svi", seed=seed, **opts)
 
 
 # ---- Gaussian mixture ------------------------------------------------------------------------
@@ -118,13 +135,22 @@ def test_gmm_predict_proba_student_t_predictive():
     assert row[p[1]] > 0.9
 
 
+DIAG_MEANS = np.array([[0.0, 0.0, 5.0], [5.0, 5.0, 0.0]])
+DIAG_SDS = np.array([1.0, 0.5, 2.0])
+
+
+def diag_data(rng, n):
+    """Two components with diagonal covariances; 15% of the cells missing (NaN)."""
+    z = rng.choice(2, size=n)
+    X = DIAG_MEANS[z] + rng.normal(size=(n, 3)) * DIAG_SDS
+    X[rng.random(X.shape) < 0.15] = np.nan
+    return X, z
+
+
 def test_gmm_diag_with_missing_cells():
     gmm = load("gmm")
-    rng = np.random.default_rng(3)
-    means = np.array([[0.0, 0.0, 5.0], [5.0, 5.0, 0.0]])
-    z = rng.choice(2, size=500)
-    X = means[z] + rng.normal(size=(500, 3)) * np.array([1.0, 0.5, 2.0])
-    X[rng.random(X.shape) < 0.15] = np.nan
+    means = DIAG_MEANS
+    X, z = diag_data(np.random.default_rng(3), 500)
     df = pd.DataFrame(X, columns=["u", "v", "w"])
     model = gmm.build(df, k=2, covariance="diag")
     assert model["x"].mask is not None and model["x"].mask.shape == (500, 3)
@@ -158,6 +184,48 @@ def test_gmm_refuses_a_categorical_column():
     df = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "kind": ["x", "y", "x", "y"]})
     with pytest.raises(ValueError, match=r"column 'kind'.*categorical.*columns=.*mixed_mixture"):
         gmm.build(df, k=2)
+
+
+def test_gmm_svi_recovers_means_covariances_weights():
+    """fit("svi") with the model's SVI options (minibatches of 1000 rows, 10 epochs,
+    k-means++ on the first minibatch) recovers what VMP recovers, and its ELBO on all
+    the data comes within 0.5% of VMP's."""
+    gmm = load("gmm")
+    rng = np.random.default_rng(12)
+    X, z = gmm_data(rng, 4000)
+    df = pd.DataFrame(X, columns=["a", "b"])
+    model = gmm.build(df, k=3)
+    assert model.meta["fit_options_by_method"]["svi"] == {"batch_size": 1000, "epochs": 10,
+                                                          "init": "kmeans++"}
+    fitted = fit_svi(model, restarts=3)     # mixtures have local optima, as with VMP
+    assert fitted.method == "svi" and fitted.estimate and fitted.n_iter == 40
+    comp = gmm.components(fitted)
+    p = match(comp["mean"], MEANS)
+    assert np.all(np.abs(comp["mean"][p] - MEANS) < 4 * comp["mean_sd"][p] + 0.02), comp["mean"]
+    assert np.allclose(comp["weight"][p], WEIGHTS, atol=0.05)
+    sample_sd = np.array([X[z == k].std(axis=0) for k in range(3)])
+    assert np.allclose(comp["sd"][p], sample_sd, rtol=0.15)
+    # the final local pass gave every row its responsibilities
+    r = gmm.assignments(fitted)
+    assert r.shape == (4000, 3) and np.mean(p[z] == r.argmax(1)) > 0.95
+    full = bg.elbo(model)
+    vmp = fit(gmm, gmm.build(df, k=3), restarts=3).elbo
+    assert abs(full - vmp) < 0.005 * abs(vmp), (full, vmp)
+    s = gmm.summarize(fitted)
+    assert np.isclose(s.groupby("component")["n"].first().sum(), len(X))
+
+
+def test_gmm_svi_diag_with_missing_cells():
+    gmm = load("gmm")
+    means = DIAG_MEANS
+    X, z = diag_data(np.random.default_rng(13), 3000)
+    model = gmm.build(pd.DataFrame(X, columns=["u", "v", "w"]), k=2, covariance="diag")
+    fitted = fit_svi(model, restarts=3)
+    comp = gmm.components(fitted)
+    p = match(comp["mean"], means)
+    assert np.all(np.abs(comp["mean"][p] - means) < 4 * comp["mean_sd"][p] + 0.02)
+    assert np.allclose(comp["sd"][p], [[1.0, 0.5, 2.0]] * 2, rtol=0.15)
+    assert np.mean(gmm.assignments(fitted).argmax(1) == p[z]) > 0.95
 
 
 # ---- LDA ------------------------------------------------------------------------------------
@@ -212,6 +280,27 @@ def test_lda_from_texts_tokenizes_and_builds_the_vocabulary():
     got = sorted(sorted(row.split()) for row in s["top_words"])
     assert got == sorted(sorted(t) for t in topics)
     assert lda.tokenize("It's the Team's 2nd GOAL.") == ["it's", "team's", "2nd", "goal"]
+
+
+def test_lda_svi_batches_documents_and_recovers_topics():
+    """fit("svi") with the model's SVI options: minibatches of 256 documents
+    (batch_over="theta": a document's theta, its z and its words are local together)."""
+    lda = load("lda")
+    rng = np.random.default_rng(14)
+    counts, phi, theta = lda_corpus(rng, n_docs=600)
+    model = lda.build(counts, k=3)
+    assert model.meta["fit_options_by_method"]["svi"] == {"batch_over": "theta", "batch_size": 256,
+                                                          "epochs": 10, "init": "random"}
+    fitted = fit_svi(model)
+    assert fitted.estimate and fitted.n_iter == 30 and model.svi_state["batch_over"] == "theta"
+    est = lda.topic_word(fitted)
+    p = match(est, phi)
+    tv = 0.5 * np.abs(est[p] - phi).sum(1)
+    assert np.all(tv < 0.1), tv
+    dt = lda.doc_topics(fitted).to_numpy()[:, p]        # every document, after the final local pass
+    assert np.mean(np.abs(dt - theta)) < 0.06
+    vmp = fit(lda, lda.build(counts, k=3)).elbo
+    assert abs(bg.elbo(model) - vmp) < 0.005 * abs(vmp)
 
 
 # ---- linear regression ------------------------------------------------------------------------
@@ -382,3 +471,35 @@ def test_read_table_errors_name_the_column_and_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         io.read_table(tmp_path / "missing.csv")
     assert io.load_example("iris").shape == (150, 5)
+
+
+def test_design_matrix_indicators_masks_and_standardisation():
+    """io.design_matrix, shared by linreg, logreg and poisson_reg."""
+    rng = np.random.default_rng(15)
+    n = 50
+    df = pd.DataFrame({"x": rng.uniform(20, 80, n), "g": rng.choice(["a", "b", "c"], n),
+                       "flag": rng.integers(0, 2, n).astype(float), "y": rng.integers(0, 2, n)})
+    df.loc[0, "y"] = np.nan
+    df.loc[1, "x"] = np.nan
+    with pytest.warns(UserWarning, match="1 of 50 rows have a missing predictor"):
+        d = io.design_matrix(df, "y", target_kind="binary", standardize=True, name="m")
+    assert d.terms == ["intercept", "x", "g[b]", "g[c]", "flag"]
+    assert d.observed.sum() == 48 and not d.observed[0] and not d.observed[1]
+    assert np.array_equal(d.X[:, 2], (df.g == "b").to_numpy(float))
+    rows = d.observed
+    Xs = d.X_fit[rows]
+    assert np.allclose(Xs[:, 1].mean(), 0.0) and np.allclose(Xs[:, 1].std(), 1.0)
+    assert np.array_equal(Xs[:, 2:], d.X[rows, 2:])            # indicators stay 0/1
+    w = rng.normal(size=5)                                     # weights on the fit scale
+    assert np.allclose(Xs @ w, d.X[rows] @ (d.to_original @ w))
+    assert np.isnan(d.X[1, 1]) and d.X_fit[1, 1] == 0.0        # masked row: a placeholder
+    # new rows by the same recipe; an unseen level is refused
+    assert np.array_equal(io.design_rows(d.recipe, df.iloc[2:6]), d.X[2:6])
+    with pytest.raises(ValueError, match=r"m.predict: column 'g' has levels \['z'\]"):
+        io.design_rows(d.recipe, df.iloc[2:4].assign(g="z"))
+    with pytest.raises(ValueError, match="must be 0/1"):
+        io.design_matrix((d.X[:, 1:], np.full(n, 2.0)), target_kind="binary", name="m")
+    with pytest.raises(ValueError, match="must hold counts"):
+        io.design_matrix((d.X[:, 1:], np.full(n, -1.0)), target_kind="counts", name="m")
+    with pytest.raises(ValueError, match="target_kind"):
+        io.design_matrix(df, "y", target_kind="ordinal")

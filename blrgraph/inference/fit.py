@@ -293,7 +293,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                 if it == 1 and n in points:  # a point from its first update on; until then
                     n.point = True           # it published its prior expectations
                 if n.point:
-                    _check_point(n, it)
+                    check_point(n, it)
             for n in model.latent:
                 n.fitted = True  # the callback may read node.posterior of this iterate
             L = elbo(model)
@@ -322,7 +322,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     return res
 
 
-def _check_point(node, it):
+def check_point(node, it):
     """A point mass on the boundary of its support (a zero weight, rate or probability,
     a singular matrix) has log T = -inf; the next update would turn it into NaN."""
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -16,7 +16,8 @@ import numpy as np
 from ..graph.deterministic import Dot, Gather
 from ..graph.plates import Scatter
 from .blr import blr_step
-from .fit import INITS, _is_assignment, _progress, check_method, resolve_points, start_assignment
+from .fit import (INITS, _is_assignment, _progress, check_method, check_point, resolve_points,
+                  start_assignment)
 from .result import FitResult
 
 
@@ -147,6 +148,14 @@ class Restriction:
         return False
 
 
+def _global_step(model, g, rho, t, scale, points):
+    """BLR step of a global node; a point mass (online EM) from its first update on."""
+    blr_step(model, g, rho, iteration=t, scale=scale)
+    if g in points:
+        g.point = True
+        check_point(g, t)
+
+
 def robbins_monro(t, tau, kappa):
     """rho_t = (t + tau)^-kappa, t = 1, 2, ..."""
     return (t + tau) ** (-kappa)
@@ -235,7 +244,7 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     rng = np.random.default_rng(seed)
     if state is None:
         for n in model.latent:
-            n.point = n in points
+            n.point = False  # a point mass publishes its prior expectations until updated
             n.set_natural(n.prior_natural())
             n.fitted = False
         t, perm, pos, trace = 0, None, 0, []
@@ -277,11 +286,11 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
                 if t == 1:
                     for _ in range(int(warmup)):
                         for g in axis.global_latent:
-                            blr_step(model, g, 1.0, iteration=t, scale=scaled)
+                            _global_step(model, g, 1.0, t, scaled, points)
                         _local_pass(model, axis, False, rng, local_iters, local_tol, reset=False)
                 rho_t = robbins_monro(t, tau, kappa) if rho is None else float(rho)
                 for g in axis.global_latent:
-                    blr_step(model, g, rho_t, iteration=t, scale=scaled)
+                    _global_step(model, g, rho_t, t, scaled, points)
                 L = 0.0
                 for n in model.stochastic:
                     term = n.elbo_term()
