@@ -164,3 +164,15 @@ def test_svi_option_errors(opts, words):
     _, X = _gmm_data(100, K=2)
     with pytest.raises(ValueError, match=words):
         _gmm(X, 2).fit("svi", **opts)
+
+
+def test_streamed_fit_explains_what_it_does_not_keep(tmp_path):
+    _, X = _gmm_data(2000, K=3, seed=8)
+    np.save(tmp_path / "x.npy", X)
+    m = _gmm(np.load(tmp_path / "x.npy", mmap_mode="r"), 3)
+    m.fit("svi", seed=0, batch_size=200, epochs=1)
+    with pytest.raises(ValueError, match="streamed"):
+        bg.elbo(m)
+    with pytest.raises(AttributeError, match="streamed"):
+        m["z"].posterior
+    assert m["theta"].posterior.mean[0].shape == (3, 2)

@@ -287,6 +287,9 @@ class Stochastic(Node):
         if self.observed:
             raise AttributeError(f"{self.label()} is observed; it has data, not a posterior")
         if not self.fitted:
+            why = getattr(self, "unfitted_reason", None)
+            if why:
+                raise AttributeError(f"{self.label()} has no posterior: {why}")
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 

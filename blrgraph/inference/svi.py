@@ -310,6 +310,11 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
         n.fitted = True
     if final_local_pass and not streamed:
         _fill_locals(model, axis, batch_size, local_iters, local_tol)
+    elif streamed:
+        for n in axis.local_latent:
+            n.unfitted_reason = ("its data are streamed: SVI keeps no per-row posterior (memory "
+                                 "would grow with N); fit the rows you need with the global "
+                                 "posterior, e.g. a model on an in-memory slice")
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=t, converged=False, method="svi", model=model,
                     objective="elbo", estimate=True)
