@@ -88,15 +88,17 @@ class Categorical(ExponentialFamily):
 
     @staticmethod
     def _softmax(eta):
-        """(log p, p) by the max-shift log-sum-exp, in numpy (faster than scipy's)."""
+        """(log p, p) by the max-shift log-sum-exp, in numpy, in place where possible
+        (an entries x K array is passed over a few times, with two allocations)."""
         eta = np.asarray(eta, dtype=float)
         m = np.max(eta, axis=-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        shifted = eta - m
-        p = np.exp(shifted)
+        m[~np.isfinite(m)] = 0.0
+        logp = eta - m
+        p = np.exp(logp)
         s = p.sum(axis=-1, keepdims=True)
         p /= s
-        return shifted - np.log(s), p
+        logp -= np.log(s)
+        return logp, p
 
     # ---- exponential-family functions -------------------------------------
     def suff_stats(self, x, K=None):

@@ -146,7 +146,10 @@ def _assignment_features(z, y):
     Pz = (1,) * (len(Py) - len(Pz)) + tuple(Pz)
     if len(Pz) != len(Py) or any(a not in (1, b) for a, b in zip(Pz, Py)):
         return None, None
-    t1 = np.asarray(y.moments()[0], dtype=float)
+    if y.value is not None and type(y.family).__name__ != "Categorical":
+        t1 = np.asarray(y.value, dtype=float)  # x itself: never build x x^T for vectors
+    else:
+        t1 = np.asarray(y.moments()[0], dtype=float)
     ev = t1.ndim - len(Py)
     mask = np.ones(Py) if y.mask is None else np.broadcast_to(y.mask, Py).astype(float)
     if y.replicates is not None:

@@ -79,6 +79,20 @@ def _lin_quad(x, eta1, L):
     return np.einsum("...i,...i->...", x, eta1) - 0.5 * _quad(x, L)
 
 
+def _first_moment(x):
+    """E[x] of a vector child: the data themselves when observed (so that the
+    (entries, D, D) array of x x^T is never built for observed data)."""
+    return x.value if x.value is not None else x.moments[0]
+
+
+def _second_moment_sum(w, x, target):
+    """sum_n w_n E[x_n x_n^T] reduced to ``target`` plates."""
+    if x.value is not None:
+        return _weighted_outer(w, x.value, target, x.plates)
+    return wsum(w, x.moments[1], subs=("AB",), out="AB", target_plates=target,
+                full_plates=x.plates)
+
+
 def _weighted_outer(w, x, target, full):
     """sum_n w_n x_n x_n^T reduced to ``target`` plates (mixture layout: one
     weighted Gram matrix per component, computed by BLAS)."""
@@ -112,15 +126,12 @@ class MultivariateNormalFactor(Conditional):
 
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
-        x1, x2 = x.moments
+        x1 = _first_moment(x)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
             return (wsum(w, L, x1, subs=("AB", "B"), out="A", **kw),
                     -0.5 * wsum(w, L, subs=("AB",), out="AB", **kw))
-        if x.value is not None:
-            xx = _weighted_outer(w, x.value, target, x.plates)
-        else:
-            xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
+        xx = _second_moment_sum(w, x, target)
         cross = wsum(w, x1, m1, subs=("A", "B"), out="AB", **kw)
         mm = wsum(w, m2, subs=("AB",), out="AB", **kw)
         S = xx - cross - np.swapaxes(cross, -1, -2) + mm
@@ -147,14 +158,10 @@ class NormalWishartFactor(Conditional):
         return _lin_quad(x.value, Lm, L) - self.expected_log_partition(u)
 
     def message(self, i, x, u, w, target):
-        x1, x2 = x.moments
         kw = dict(target_plates=target, full_plates=x.plates)
         n = wsum(w, **kw)
-        if x.value is not None:
-            xx = _weighted_outer(w, x.value, target, x.plates)
-        else:
-            xx = wsum(w, x2, subs=("AB",), out="AB", **kw)
-        return (wsum(w, x1, subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)
+        xx = _second_moment_sum(w, x, target)
+        return (wsum(w, _first_moment(x), subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)
 
 
 class DiagonalGammaFactor(Conditional):
@@ -200,7 +207,7 @@ class DiagonalGammaFactor(Conditional):
     def message(self, i, x, u, w, target):
         (m1, m2), _ = u
         _, t = self._tau(u)
-        x1, x2 = x.moments
+        x1 = _first_moment(x)
         if i == 0:
             kw = dict(target_plates=target, full_plates=x.plates)
             diag = wsum(w, t, subs=("A",), out="A", **kw)
@@ -209,7 +216,8 @@ class DiagonalGammaFactor(Conditional):
             M[..., np.arange(D), np.arange(D)] = diag
             return (wsum(w, t, x1, subs=("A", "A"), out="A", **kw), -0.5 * M)
         # to tau: the coordinate axis is a plate axis of the Gamma node
-        xxd = np.diagonal(x2, axis1=-2, axis2=-1) if x.value is None else np.asarray(x.value) ** 2
+        xxd = np.diagonal(x.moments[1], axis1=-2, axis2=-1) if x.value is None \
+            else np.asarray(x.value) ** 2
         d2 = xxd - 2.0 * x1 * m1 + np.diagonal(m2, axis1=-2, axis2=-1)
         kw = dict(target_plates=target, full_plates=x.plates + (np.shape(d2)[-1],))
         ww = None if w is None else np.asarray(w)[..., None]
