@@ -30,6 +30,18 @@ from .base import ExponentialFamily
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
 
+def _rowmax(a):
+    """max over the last axis; for few categories a loop over columns (K passes of
+    np.maximum) is several times faster than numpy's reduction along a short axis."""
+    K = a.shape[-1]
+    if K == 0 or K > 16:
+        return np.max(a, axis=-1)
+    m = a[..., 0].copy()
+    for k in range(1, K):
+        np.maximum(m, a[..., k], out=m)
+    return m
+
+
 def _labels(x, K, who):
     x = np.asarray(x)
     if x.dtype.kind not in "iu":
@@ -91,11 +103,11 @@ class Categorical(ExponentialFamily):
         """(log p, p) by the max-shift log-sum-exp, in numpy, in place where possible
         (an entries x K array is passed over a few times, with two allocations)."""
         eta = np.asarray(eta, dtype=float)
-        m = np.max(eta, axis=-1, keepdims=True)
+        m = _rowmax(eta)[..., None]
         m[~np.isfinite(m)] = 0.0
         logp = eta - m
         p = np.exp(logp)
-        s = p.sum(axis=-1, keepdims=True)
+        s = np.einsum("...k->...", p)[..., None]
         p /= s
         logp -= np.log(s)
         return logp, p
@@ -117,7 +129,7 @@ class Categorical(ExponentialFamily):
 
     def entropy(self, nat):
         logp, p = self._log_p_and_p(nat)
-        return -np.sum(p * np.where(p > 0, logp, 0.0), axis=-1)
+        return -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
 
     def kl(self, nat1, nat2):
         return rel_entr(self._p(nat1), self._p(nat2)).sum(axis=-1)

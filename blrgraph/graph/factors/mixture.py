@@ -77,7 +77,7 @@ class MixtureFactor(Conditional):
 
     def expected_loglik(self, x, u):
         r, ucomp = self._split(u)
-        return np.sum(r * self._component_loglik(x, ucomp), axis=-1)
+        return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp))
 
     def message(self, i, x, u, w, target):
         r, ucomp = self._split(u)
