@@ -188,7 +188,7 @@ def _local_pass(model, axis, first_step, rng, local_iters, local_tol, reset=True
 
 def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, progress=False,
             point=None, rho=None, batch_size=None, epochs=None, max_steps=None, tau=1.0,
-            kappa=0.7, batch_over=None, local=None, local_iters=100, local_tol=1e-4,
+            kappa=0.7, batch_over=None, local=None, local_iters=100, local_tol=1e-3,
             resume=False, final_local_pass=True, warmup=20, init=None):
     """fit("svi"): see :func:`blrgraph.inference.fit`; options
 
@@ -200,7 +200,9 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     init : "kmeans++" (default) or "random": the first minibatch's mixture responsibilities.
     warmup : on the first minibatch, alternate local and global updates (rho = 1)
         this many times before the Robbins-Monro steps: VMP on one minibatch,
-        which breaks the symmetry between mixture components.
+        which separates mixture components early.
+    local_iters, local_tol : local updates per minibatch stop when the mean absolute
+        change of the local nodes' mean parameters is below local_tol.
     """
     check_method(model, cfg)
     init = "kmeans++" if init is None else init
