@@ -188,16 +188,7 @@ class Stochastic(Node):
         for p in self.factor.parents:
             self.parents.append(p)
             p._add_child(self)
-        self.observed = False
-        self.source = None
-        self.value = None
-        self.mask = None
-        self.weights = None
-        self.point = False
-        self.fitted = False
-        self._moments = None
-        self._obs_moments = None
-        self.nat = None
+        self._init_state()
         if not self.defer_prior:
             self.set_natural(nat0)  # q starts at the prior
 
@@ -218,6 +209,19 @@ class Stochastic(Node):
             raise ValueError(f"{self.label()}: the shapes of its parameters do not fit together "
                              f"({shapes}); a vector's length must match the matrix dimension "
                              f"and the number of categories") from None
+
+    def _init_state(self, observed=False):
+        """No data, no q yet (``observed=True``: a log-factor such as Potential)."""
+        self.observed = observed
+        self.source = None
+        self.value = None
+        self.mask = None
+        self.weights = None
+        self.point = False
+        self.fitted = False
+        self._moments = None
+        self._obs_moments = None
+        self.nat = None
 
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):

@@ -256,15 +256,7 @@ class Potential(Stochastic):
         for p in self.factor.parents:
             self.parents.append(p)
             p._add_child(self)
-        self.observed = True  # a factor of the data: never scheduled, no posterior
-        self.value = None
-        self.mask = None
-        self.weights = None
-        self.point = False
-        self.fitted = False
-        self._moments = None
-        self._obs_moments = None
-        self.nat = None
+        self._init_state(observed=True)  # a factor of the data: never scheduled, no posterior
 
     def observe(self, data, mask=None, weights=None):
         raise TypeError(f"{self.label()} is a log-factor; it takes no data (close over the data "
