@@ -25,7 +25,9 @@ test: $(VENV)/.test
 	$(PY) -m pytest -q -n 2 tests
 
 bench: $(VENV)/.test
-	$(PY) benchmarks/bench_gmm.py
+	$(PY) benchmarks/bench_gmm.py --quick
+	$(PY) benchmarks/bench_lda.py --quick
+	$(PY) benchmarks/bench_streaming.py --quick
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info
