@@ -255,25 +255,12 @@ def fmt_x(r):
     return f"{r:.2f}x" if r < 100 else f"{r:.0f}x"
 
 
-def _jsonable(o):
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, float) and not np.isfinite(o):
-        return None
-    return o
-
-
 def write_json(path, payload):
     if not path:
         return
     with open(path, "w") as f:
-        json.dump(_jsonable(payload), f, indent=1)
+        from blrgraph.io import jsonable
+        json.dump(jsonable(payload), f, indent=1)
     print(f"\nwrote {path}")
 
 

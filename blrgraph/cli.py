@@ -34,7 +34,6 @@ import ast
 import importlib.util
 import inspect
 import json
-import math
 import os
 import sys
 import warnings
@@ -207,27 +206,6 @@ def _fit(model, method, seed, restarts, fit_options, out):
     return model.fit(method, seed=seed, **fit_options), seed
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    try:
-        if x != x:  # pandas NA/NaT
-            return None
-    except (TypeError, ValueError):
-        pass
-    return str(x)
-
-
 def _print_table(df, out):
     from blrgraph.io import require_pandas
     pd = require_pandas()
@@ -298,7 +276,8 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
               "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,
               "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
-    written[1].write_text(json.dumps(_jsonable(record), indent=2) + "\n")
+    from blrgraph.io import jsonable
+    written[1].write_text(json.dumps(jsonable(record), indent=2) + "\n")
     if plots:
         try:
             from blrgraph import plotting
