@@ -40,8 +40,7 @@ def blr_target(model, node, scale=None):
     target = node.prior_natural()
     msg = incoming(model, node, scale)
     if msg is not None:
-        target = tuple(np.broadcast_to(a, np.shape(m)) + m if np.shape(m) != np.shape(a) else a + m
-                       for a, m in zip(target, msg))
+        target = tuple(a + m for a, m in zip(target, msg))
     return target
 
 
