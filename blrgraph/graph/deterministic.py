@@ -45,15 +45,18 @@ class Gather(Deterministic):
         self._scatter = Scatter(idx, n)
 
     def moments(self):
-        out = []
-        for m in self.source.moments():
-            m = np.broadcast_to(m, self.source.plates + np.shape(m)[np.ndim(m) - self._ev(m):])
-            out.append(np.take(m, self.idx, axis=0))
-        return tuple(out)
-
-    def _ev(self, m):
-        # event axes of a moment array = its dims beyond the plates
-        return max(np.ndim(m) - len(self.source.plates), 0)
+        """The source's moments at the gathered entries. Kept until the source's
+        moments change (they are replaced, never modified in place), so the several
+        readers in one sweep (prior, ELBO) share one gather of entries x K."""
+        src = self.source.moments()
+        cached = getattr(self, "_cache", None)
+        if cached is not None and cached[0] is src and cached[1] is self.idx:
+            return cached[2]
+        out = tuple(np.take(np.broadcast_to(m, self.source.plates + np.shape(m)[np.ndim(m) - k:]),
+                            self.idx, axis=0)
+                    for m, k in zip(src, self.provides.event_ndims))
+        self._cache = (src, self.idx, out)
+        return out
 
     def backward(self, msg, parent):
         return tuple(self._scatter(np.broadcast_to(m, self.plates + np.shape(m)[len(self.plates):]),
