@@ -597,15 +597,11 @@ def test_meanfield_normal_em_fixed_point():
 
 
 def test_linreg_em_is_map_ridge():
-    rng = np.random.default_rng(4)
-    N, D = 60, 3
-    X = rng.normal(size=(N, D))
-    yv = X @ np.array([1.0, -2.0, 0.5]) + rng.normal(0, 0.3, N)
-    wv = bg.MultivariateNormal(np.zeros(D), 0.1 * np.eye(D), name="w")
-    tau = bg.Gamma(2.0, 1.0, name="tau")
-    y = bg.Normal(bg.Dot(X, wv), tau, name="y").observe(yv)
-    bg.Model(y).fit("em", max_iter=2000, tol=1e-15)
-    w, t = wv.posterior.point, tau.posterior.point
+    model = _m_linreg(np.random.default_rng(4))
+    X, yv = model["dot(w)"].X, model["y"].value
+    N, D = X.shape
+    model.fit("em", max_iter=2000, tol=1e-15)
+    w, t = model["w"].posterior.point, model["tau"].posterior.point
     close(w, np.linalg.solve(t * X.T @ X + 0.1 * np.eye(D), t * X.T @ yv), 1e-8)
     close(t, (2.0 - 1 + N / 2) / (1.0 + 0.5 * np.sum((yv - X @ w) ** 2)), 1e-8)
 
