@@ -40,6 +40,11 @@ class ExponentialFamily:
     param_names: tuple = ()
     event_ndims: tuple = ()
     value_ndim = 0
+    #: indices of statistics that are symmetric matrices (only their upper triangle is stored
+    #: in a flat statistics matrix, graph/suffstats.py)
+    symmetric_stats: tuple = ()
+    #: False when T(x) is sparse (one-hot): data are then never expanded to T(x) rows
+    dense_stats = True
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, *params, where=None):

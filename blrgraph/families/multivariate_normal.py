@@ -35,6 +35,7 @@ class MultivariateNormal(ExponentialFamily):
     param_names = ("mean", "precision")
     event_ndims = (1, 2)
     value_ndim = 1
+    symmetric_stats = (1,)  # x x^T
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):

@@ -192,6 +192,7 @@ class Wishart(ExponentialFamily):
     param_names = ("dof", "scale")
     event_ndims = (2, 0)
     value_ndim = 2
+    symmetric_stats = (0,)  # Lambda
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, dof, scale, where=None):

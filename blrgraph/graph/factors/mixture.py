@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..node import ChildData
 from ..plates import broadcast_plates, reduce_to
+from ..suffstats import FlatStats
 from .base import Conditional
 
 
@@ -48,7 +50,25 @@ class MixtureFactor(Conditional):
     def _split(self, u):
         return u[0][0], u[1:]
 
-    def _component_loglik(self, x, ucomp):
+    def _flat(self, x, r, ucomp):
+        """The data's flat statistics (graph/suffstats.py) when they serve this mixture:
+        observed data with dense T(x), a conjugate component whose parameters have
+        plates (K,) only, and one responsibility row per data entry. None otherwise."""
+        if x.value is None or not self.component.conjugate or \
+                tuple(np.shape(r)[:-1]) != tuple(x.plates):
+            return None
+        cached = getattr(self, "_flat_cache", None)
+        if cached is not None and cached[0] is x.value:
+            fs = cached[1]
+        else:
+            fam = self.node.family
+            fs = FlatStats(fam, x.value, x.plates) if FlatStats.fits(fam, x.value, x.plates) else None
+            self._flat_cache = (x.value, fs)
+        if fs is None or any(p != 1 for p in self.component.plates()[:-1]):
+            return None   # parameters vary along the data's plates: per-entry formulas
+        return fs
+
+    def _component_loglik(self, x, ucomp, r=None):
         """E[log p(x | theta_k)] for every entry and component (entries x K). It is
         needed twice per sweep (message to z, then the ELBO) with the same moments,
         so the last result is kept, keyed on the identity of its inputs (moment
@@ -58,8 +78,14 @@ class MixtureFactor(Conditional):
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(a is b for a, b in zip(cached[0], refs)):
             return cached[1]
-        xe = x.expand(self.node.family.event_ndims)
-        ll = self.component.expected_loglik(xe, ucomp)
+        fs = None if r is None else self._flat(x, r, ucomp)
+        if fs is not None:   # one product with the data's statistics matrix
+            ll = fs.loglik(self.component.prior_natural(ucomp),
+                           self.component.expected_log_partition(ucomp), self.K)
+            ll = ll.reshape(tuple(x.plates) + (self.K,))
+        else:
+            xe = x.expand(self.node.family.event_ndims)
+            ll = self.component.expected_loglik(xe, ucomp)
         self._ll_cache = (refs, ll)
         return ll
 
@@ -77,13 +103,20 @@ class MixtureFactor(Conditional):
 
     def expected_loglik(self, x, u):
         r, ucomp = self._split(u)
-        return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp))
+        return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp, r))
 
     def message(self, i, x, u, w, target):
         r, ucomp = self._split(u)
         if i == 0:
-            ll = self._component_loglik(x, ucomp)
+            ll = self._component_loglik(x, ucomp, r)
             return (reduce_to(ll, 1, target, weights=w),)
         wr = r if w is None else np.asarray(w)[..., None] * r
+        fs = self._flat(x, r, ucomp)
+        if fs is not None:
+            # the message is affine in the child's moments: K pseudo-entries carrying the
+            # weighted means, with the weights' totals (graph/suffstats.py)
+            tot, means = fs.weighted_means(np.reshape(wr, (-1, self.K)))
+            pseudo = ChildData(None, means, (self.K,), self.node.family.value_ndim)
+            return self.component.message(i - 1, pseudo, ucomp, tot, target)
         xe = x.expand(self.node.family.event_ndims)
         return self.component.message(i - 1, xe, ucomp, wr, target)

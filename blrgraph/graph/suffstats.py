@@ -1,0 +1,142 @@
+"""Observed data as one matrix of sufficient statistics (MATH.md §3.1, §3.3).
+
+For a conjugate factor and observed x, everything a factor needs of the data is
+linear in T(x):
+
+* E[log p(x_n | theta_k)] = <E[eta_k], T(x_n)> - E[A_k] + log h(x_n), for every
+  entry n and component k at once: one matrix product ``Phi @ coef`` with
+  ``Phi = [1, log h(x), flat T(x)]`` (entries x P) built once;
+* a message to a parent is affine in the child's moments, so with weights
+  W (entries x K) it equals the message of K pseudo-entries whose moments are
+  the weighted means ``(W^T Phi) / sum_n W`` and whose weights are ``sum_n W``:
+  one matrix product ``W^T Phi`` replaces every per-entry product.
+
+A symmetric matrix statistic (MVN's x x^T, a Wishart's Lambda) keeps its upper
+triangle only: D(D+1)/2 columns, the off-diagonal coefficients doubled.
+``Phi`` is kept while the data do not change, if it fits in ``MAX_BYTES``;
+otherwise callers fall back to the per-entry formulas.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: Largest Phi (entries x P x 8 bytes) kept per observed node; larger data use the
+#: per-entry formulas (same result, O(entries x D) memory instead of O(entries x D^2)).
+MAX_BYTES = 1 << 30
+
+_ROWS_PER_CHUNK = 1 << 15
+
+
+class Layout:
+    """Where each statistic of a family lives in the columns of Phi."""
+
+    def __init__(self, family, shapes, has_logh):
+        self.family = family
+        self.shapes = [tuple(s) for s in shapes]        # event shape of each statistic
+        sym = set(getattr(family, "symmetric_stats", ()))
+        self.blocks = []
+        col = 2 if has_logh else 1
+        for j, s in enumerate(self.shapes):
+            if j in sym and len(s) == 2 and s[0] == s[1]:
+                iu = np.triu_indices(s[0])
+                n = len(iu[0])
+                self.blocks.append((j, slice(col, col + n), iu))
+            else:
+                n = int(np.prod(s, dtype=int))
+                self.blocks.append((j, slice(col, col + n), None))
+            col += n
+        self.has_logh = has_logh
+        self.P = col
+
+    def flatten_stats(self, stats, rows):
+        """(rows, P - 1 - has_logh) block of Phi from T(x) of ``rows`` entries."""
+        cols = []
+        for (j, _, iu), t in zip(self.blocks, stats):
+            t = np.asarray(t, dtype=float).reshape((rows,) + self.shapes[j])
+            cols.append(t[:, iu[0], iu[1]] if iu is not None else t.reshape(rows, -1))
+        return cols
+
+    def flatten_natural(self, nat, lead):
+        """Natural parameters with plates ``lead`` (e.g. (K,)) as (lead..., P) coefficients
+        of Phi's statistic columns (column 0 and log h are left for the caller)."""
+        out = np.zeros(tuple(lead) + (self.P,))
+        for (j, sl, iu), a in zip(self.blocks, nat):
+            a = np.broadcast_to(np.asarray(a, dtype=float), tuple(lead) + self.shapes[j])
+            if iu is not None:
+                sym = a[..., iu[0], iu[1]] + a[..., iu[1], iu[0]]
+                diag = iu[0] == iu[1]
+                sym[..., diag] *= 0.5
+                out[..., sl] = sym
+            else:
+                out[..., sl] = a.reshape(tuple(lead) + (-1,))
+        return out
+
+    def unflatten(self, S):
+        """Rows of column sums/means (n, P) back to the family's moment tuple."""
+        n = S.shape[0]
+        out = []
+        for j, sl, iu in self.blocks:
+            block = S[:, sl]
+            if iu is not None:
+                d = self.shapes[j][0]
+                M = np.empty((n, d, d))
+                M[:, iu[0], iu[1]] = block
+                M[:, iu[1], iu[0]] = block
+                out.append(M)
+            else:
+                out.append(block.reshape((n,) + self.shapes[j]))
+        return tuple(out)
+
+
+class FlatStats:
+    """Phi = [1, (log h), flat T(x)] of an observed node's data, entries x P."""
+
+    def __init__(self, family, value, plates):
+        value = np.asarray(value)
+        E = int(np.prod(plates, dtype=int))
+        flat = value.reshape((E,) + value.shape[len(plates):])
+        logh = np.broadcast_to(np.asarray(family.log_base_measure(flat), dtype=float), (E,))
+        has_logh = bool(np.ptp(logh) != 0.0)     # a constant log h folds into column 0
+        self.logh_value = 0.0 if has_logh else float(logh[0])
+        probe = family.suff_stats(flat[:1])
+        self.layout = Layout(family, [np.shape(t)[1:] for t in probe], has_logh)
+        self.plates = tuple(plates)
+        self.Phi = np.empty((E, self.layout.P))
+        self.Phi[:, 0] = 1.0
+        if has_logh:
+            self.Phi[:, 1] = logh
+        start = 2 if has_logh else 1
+        for a in range(0, E, _ROWS_PER_CHUNK):
+            b = min(E, a + _ROWS_PER_CHUNK)
+            self.Phi[a:b, start:] = np.concatenate(
+                self.layout.flatten_stats(family.suff_stats(flat[a:b]), b - a), axis=1)
+
+    @staticmethod
+    def fits(family, value, plates):
+        """Whether Phi of these data is worth building (dense statistics, within MAX_BYTES)."""
+        if not getattr(family, "dense_stats", True):
+            return False
+        E = int(np.prod(plates, dtype=int))
+        if E == 0:
+            return False
+        first = np.asarray(value).reshape((E,) + np.shape(value)[len(plates):])[:1]
+        P = Layout(family, [np.shape(t)[1:] for t in family.suff_stats(first)], True).P
+        return E * P * 8 <= MAX_BYTES
+
+    def loglik(self, nat, elp, K):
+        """E[log p(x_n | theta_k)] (entries x K) from E[eta_k] and E[A_k] (plates (K,) or ())."""
+        coef = self.layout.flatten_natural(nat, (K,))
+        coef[:, 0] = -np.broadcast_to(np.asarray(elp, dtype=float), (K,))
+        if self.layout.has_logh:
+            coef[:, 1] = 1.0
+        else:
+            coef[:, 0] += self.logh_value
+        return self.Phi @ coef.T
+
+    def weighted_means(self, W):
+        """(totals sum_n W_nk (K,), moment tuple of the W-weighted means, plates (K,)),
+        from W (entries x K); a component with zero total gets zero moments."""
+        S = W.T @ self.Phi
+        tot = S[:, 0].copy()
+        S /= np.where(tot > 0, tot, 1.0)[:, None]
+        return tot, self.layout.unflatten(S)

@@ -1,0 +1,202 @@
+"""The flat sufficient-statistics path of mixtures (blrgraph/graph/suffstats.py).
+
+A mixture over observed data computes E[log p(x_n | theta_k)] as one product with
+Phi = [1, log h(x), flat T(x)] and its messages to the component parameters from
+the weighted means W^T Phi (a conjugate message is affine in the child's moments).
+The per-entry formulas of each factor are a separate code path; with
+``suffstats.MAX_BYTES = 0`` the mixture uses them. Both must agree to rounding,
+for every component kind, with masks and counts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import blrgraph as bg
+from blrgraph.families import MultivariateNormal, Wishart
+from blrgraph.families.base import inner
+from blrgraph.graph import suffstats
+from blrgraph.graph.node import Constant
+from blrgraph.graph.suffstats import FlatStats, Layout
+
+K, N, D = 3, 40, 3
+
+
+def _z(name="z", plates=(N,)):
+    return bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=plates, name=name)
+
+
+def _spd(rng):
+    A = rng.normal(size=(D, D))
+    return A @ A.T / D + 0.5 * np.eye(D)
+
+
+CASES = {
+    "normal_wishart": lambda r: bg.Mixture(
+        _z(), bg.MultivariateNormal,
+        bg.NormalWishart(np.zeros(D), 1.0, D + 2.0, _spd(r), plates=(K,), name="th"),
+        name="y").observe(r.normal(size=(N, D)) * 2.0),
+    "mvn_mean_wishart": lambda r: bg.Mixture(
+        _z(), bg.MultivariateNormal,
+        bg.MultivariateNormal(np.zeros(D), np.eye(D), plates=(K,), name="m"),
+        bg.Wishart(D + 1.0, _spd(r), plates=(K,), name="L"), name="y").observe(r.normal(size=(N, D))),
+    "mvn_ard_gamma": lambda r: bg.Mixture(
+        _z(), bg.MultivariateNormal,
+        bg.MultivariateNormal(np.zeros(D), np.eye(D), plates=(K,), name="m"),
+        bg.Gamma(2.0, 1.0, plates=(K, D), name="t"), name="y").observe(r.normal(size=(N, D))),
+    "mvn_shared_wishart": lambda r: bg.Mixture(
+        _z(), bg.MultivariateNormal,
+        bg.MultivariateNormal(np.zeros(D), np.eye(D), plates=(K,), name="m"),
+        bg.Wishart(D + 1.0, _spd(r), name="L"), name="y").observe(r.normal(size=(N, D))),
+    "normal_gamma": lambda r: bg.Mixture(
+        _z(), bg.Normal, bg.NormalGamma(0.0, 1.0, 2.0, 2.0, plates=(K,), name="th"),
+        name="y").observe(r.normal(size=N)),
+    "poisson": lambda r: bg.Mixture(   # non-constant log h(x) = -log x!
+        _z(), bg.Poisson, bg.Gamma(2.0, 1.0, plates=(K,), name="l"),
+        name="y").observe(r.poisson(3.0, N)),
+    "gamma": lambda r: bg.Mixture(
+        _z(), bg.Gamma, 2.0, bg.Gamma(2.0, 1.0, plates=(K,), name="b"),
+        name="y").observe(r.gamma(2.0, 1.0, N)),
+    "binomial": lambda r: bg.Mixture(
+        _z(), bg.Binomial, 5, bg.Beta(1.0, 1.0, plates=(K,), name="p"),
+        name="y").observe(r.integers(0, 6, N)),
+    "multinomial": lambda r: bg.Mixture(
+        _z(), bg.Multinomial, 5, bg.Dirichlet(np.ones(3), plates=(K,), name="p"),
+        name="y").observe(r.multinomial(5, [0.2, 0.3, 0.5], N)),
+}
+
+
+def _masked_weighted(case, seed):
+    """The case, re-observed with some entries masked and integer counts."""
+    r = np.random.default_rng(seed)
+    y = CASES[case](r)
+    value = np.array(y.value)
+    mask = r.random(N) > 0.2
+    weights = r.integers(1, 4, N).astype(float)
+    return y.observe(value, mask=mask, weights=weights)
+
+
+def _state(y):
+    """Messages from y to each random parent and y's ELBO term."""
+    f = y.factor
+    for attr in ("_flat_cache", "_ll_cache"):
+        if hasattr(f, attr):
+            delattr(f, attr)
+    out = {"elbo": y.elbo_term()}
+    for p in f.parents:
+        if not isinstance(p, Constant):
+            out[p.name] = y.message_to(p)
+    return out
+
+
+def _compare(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        for u, v in zip(np.atleast_1d(a[key]) if key == "elbo" else a[key],
+                        np.atleast_1d(b[key]) if key == "elbo" else b[key]):
+            np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-10 * max(1.0, np.max(np.abs(v))),
+                                       err_msg=f"{key}")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("masked", [False, True])
+def test_flat_path_equals_per_entry_formulas(case, masked, monkeypatch):
+    y = _masked_weighted(case, 3) if masked else CASES[case](np.random.default_rng(3))
+    bg.Model(y).fit("vmp", max_iter=5, tol=0, seed=0)   # parents at posterior moments
+    fast = _state(y)
+    assert y.factor._flat_cache[1] is not None, "the flat path was not taken"
+    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    slow = _state(y)
+    assert y.factor._flat_cache[1] is None, "MAX_BYTES = 0 must switch the flat path off"
+    _compare(fast, slow)
+
+
+def test_categorical_data_never_build_one_hot_rows():
+    y = bg.Mixture(_z(), bg.Categorical, bg.Dirichlet(np.ones(5), plates=(K,), name="phi"),
+                   name="y").observe(np.random.default_rng(0).integers(0, 5, N))
+    bg.Model(y).fit("vmp", max_iter=3, seed=0)
+    assert y.factor._flat_cache[1] is None
+
+
+def test_parameters_on_the_data_plates_use_per_entry_formulas():
+    """Multi-column mixture: z plates (N, 1), parameters (D, K) differ per column."""
+    r = np.random.default_rng(1)
+    z = _z(plates=(N, 1))
+    th = bg.NormalGamma(0.0, 1.0, 2.0, 2.0, plates=(D, K), name="th")
+    y = bg.Mixture(z, bg.Normal, th, name="y").observe(r.normal(size=(N, D)))
+    fit = bg.Model(y).fit("vmp", max_iter=3, seed=0)
+    assert np.isfinite(fit.elbo)
+    assert getattr(y.factor, "_flat_cache", (None, None))[1] is None
+
+
+def test_whole_fit_is_the_same_with_and_without_the_flat_path(monkeypatch):
+    """A Gaussian mixture with missing rows and counts: the ELBO trace and the
+    posteriors of the two paths agree to rounding, iterate by iterate."""
+    def run():
+        r = np.random.default_rng(5)
+        X = np.concatenate([r.normal(-3, 1, (60, 2)), r.normal(3, 0.5, (40, 2))])
+        mask = r.random(100) > 0.1
+        th = bg.NormalWishart(np.zeros(2), 1.0, 4.0, np.eye(2), plates=(K,), name="th")
+        z = bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=(100,), name="z")
+        x = bg.Mixture(z, bg.MultivariateNormal, th, name="x").observe(
+            X, mask=mask, weights=r.integers(1, 3, 100).astype(float))
+        f = bg.Model(x).fit("vmp", max_iter=25, tol=0, seed=1)
+        return np.array(f.elbo_trace), th.posterior.natural
+    trace_fast, nat_fast = run()
+    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    trace_slow, nat_slow = run()
+    np.testing.assert_allclose(trace_fast, trace_slow, rtol=1e-11)
+    assert np.all(np.diff(trace_fast) >= -1e-9 * np.abs(trace_fast[1:]))
+    for a, b in zip(nat_fast, nat_slow):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=st.integers(1, 5), n=st.integers(1, 7), seed=st.integers(0, 2**31 - 1))
+def test_layout_inner_products_and_round_trip(d, n, seed):
+    """<flat(eta), flat(T(x))> = <eta, T(x)> for any (not necessarily symmetric) eta,
+    and unflatten(flat(T(x))) = T(x), for MVN (x x^T) and Wishart (Lambda) data."""
+    r = np.random.default_rng(seed)
+    for fam, x in ((MultivariateNormal(), r.normal(size=(n, d))),
+                   (Wishart(), np.stack([_spd_d(r, d) for _ in range(n)]))):
+        fs = FlatStats(fam, x, (n,))
+        T = fam.suff_stats(x)
+        back = fs.layout.unflatten(fs.Phi)
+        for a, b in zip(back, T):
+            np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
+        nat = tuple(r.normal(size=(2,) + np.shape(t)[1:]) for t in T)
+        elp = r.normal(size=2)
+        ll = fs.loglik(nat, elp, 2)
+        direct = np.stack([inner(tuple(a[k] for a in nat), T, fam.event_ndims) - elp[k]
+                           + fam.log_base_measure(x) for k in range(2)], axis=-1)
+        np.testing.assert_allclose(ll, direct, rtol=1e-12, atol=1e-12)
+
+
+def _spd_d(r, d):
+    A = r.normal(size=(d, d))
+    return A @ A.T + d * np.eye(d)
+
+
+def test_layout_stores_the_upper_triangle_only():
+    lay = Layout(MultivariateNormal(), [(4,), (4, 4)], has_logh=False)
+    assert lay.P == 1 + 4 + 10
+
+
+def test_weighted_means_of_an_empty_component_are_zero():
+    x = np.random.default_rng(2).normal(size=(6, 2))
+    fs = FlatStats(MultivariateNormal(), x, (6,))
+    W = np.zeros((6, 2))
+    W[:, 0] = 0.5
+    tot, means = fs.weighted_means(W)
+    np.testing.assert_allclose(tot, [3.0, 0.0])
+    np.testing.assert_allclose(means[0][0], x.mean(0), rtol=1e-14)
+    assert np.all(means[0][1] == 0) and np.all(means[1][1] == 0)
+
+
+def test_memory_budget_is_respected(monkeypatch):
+    x = np.zeros((1000, 4))
+    assert FlatStats.fits(MultivariateNormal(), x, (1000,))
+    monkeypatch.setattr(suffstats, "MAX_BYTES", 1000 * 10 * 8)   # P = 15 does not fit
+    assert not FlatStats.fits(MultivariateNormal(), x, (1000,))
