@@ -117,6 +117,7 @@ def test_categorical_data_never_build_one_hot_rows():
     y = bg.Mixture(_z(), bg.Categorical, bg.Dirichlet(np.ones(5), plates=(K,), name="phi"),
                    name="y").observe(np.random.default_rng(0).integers(0, 5, N))
     bg.Model(y).fit("vmp", max_iter=3, seed=0)
+    y.elbo_term()
     assert y.factor._flat_cache[1] is None
 
 
@@ -128,7 +129,17 @@ def test_parameters_on_the_data_plates_use_per_entry_formulas():
     y = bg.Mixture(z, bg.Normal, th, name="y").observe(r.normal(size=(N, D)))
     fit = bg.Model(y).fit("vmp", max_iter=3, seed=0)
     assert np.isfinite(fit.elbo)
-    assert getattr(y.factor, "_flat_cache", (None, None))[1] is None
+    u = [p.moments() for p in y.factor.parents]
+    assert y.factor._flat(y.child_data(), u[0][0], u[1:]) is None
+
+
+def test_work_arrays_are_released_when_a_fit_ends():
+    y = CASES["normal_wishart"](np.random.default_rng(0))
+    seen = []
+    bg.Model(y).fit("vmp", max_iter=3, seed=0,
+                    callback=lambda it, L: seen.append(y.factor._flat_cache[1] is not None))
+    assert seen and all(seen)
+    assert not hasattr(y.factor, "_flat_cache") and not hasattr(y.factor, "_ll_cache")
 
 
 def test_whole_fit_is_the_same_with_and_without_the_flat_path(monkeypatch):

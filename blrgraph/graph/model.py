@@ -128,7 +128,12 @@ class Model:
     def fit(self, method="vmp", **options):
         """Run inference; see :func:`blrgraph.inference.fit` for the options."""
         from ..inference.fit import fit  # the graph layer does not import inference at load
-        return fit(self, method, **options)
+        try:
+            return fit(self, method, **options)
+        finally:   # per-fit work arrays (e.g. a mixture's statistics matrix) are not kept
+            for n in self.nodes:
+                if getattr(n, "factor", None) is not None:
+                    n.factor.release()
 
     def save(self, path):
         """Write every latent node's posterior (natural parameters) and the fit state

@@ -40,6 +40,8 @@ class Conditional:
     """Base class of conditional factors."""
 
     conjugate = True  # non-conjugate factors (NCVMP) set this False
+    #: attributes holding work arrays kept during a fit, dropped by :meth:`release`
+    caches = ()
 
     def __init__(self, node, parents, slots, **fixed):
         self.node = node
@@ -123,6 +125,11 @@ class Conditional:
 
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")
+
+    def release(self):
+        """Drop the work arrays kept between sweeps (called when a fit ends)."""
+        for name in self.caches:
+            self.__dict__.pop(name, None)
 
     def describe(self):
         return f"{type(self).__name__} of {self.node.label()}"

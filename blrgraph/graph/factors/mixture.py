@@ -15,6 +15,8 @@ from .base import Conditional
 class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
+    caches = ("_ll_cache", "_flat_cache")
+
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
         z = parents[0]
