@@ -515,3 +515,33 @@ def test_validation_accepts_good_params_and_tolerance():
         Binomial(-1)
     with pytest.raises(ValueError, match="n must be a non-negative integer"):
         Multinomial(2.5)
+
+
+# ---- the Categorical softmax (one global shift, per-row redo where it underflows) ----
+@settings(max_examples=60, deadline=None)
+@given(n=hs.integers(1, 6), k=hs.integers(1, 6), spread=hs.sampled_from([1.0, 50.0, 1e3, 1e5]),
+       seed=hs.integers(0, 2**31 - 1))
+def test_categorical_softmax_matches_scipy_with_rows_far_apart(n, k, spread, seed):
+    """Rows whose offsets differ by up to 1e5 (far beyond exp's range) still give
+    scipy's softmax, log-sum-exp and entropy to rounding."""
+    from scipy.special import logsumexp, softmax
+    from scipy.stats import entropy as sp_entropy
+    from blrgraph.families import Categorical
+    r = np.random.default_rng(seed)
+    lam = r.normal(size=(n, k)) * 3.0 + r.uniform(-spread, spread, size=(n, 1))
+    fam = Categorical()
+    lse, p = fam._softmax(lam)
+    np.testing.assert_allclose(p, softmax(lam, axis=-1), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(lse, logsumexp(lam, axis=-1), rtol=1e-14, atol=1e-12)
+    np.testing.assert_allclose(fam.entropy((lam,)), sp_entropy(softmax(lam, axis=-1), axis=-1),
+                               rtol=1e-9, atol=1e-9 * max(1.0, spread * 1e-3))
+
+
+def test_categorical_entropy_with_impossible_categories():
+    from blrgraph.families import Categorical
+    with np.errstate(divide="ignore"):
+        lam = np.log(np.array([[0.5, 0.0, 0.5], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]]))
+    h = Categorical().entropy((lam,))
+    np.testing.assert_allclose(h, [np.log(2.0), 0.0, -np.sum([.2, .3, .5] * np.log([.2, .3, .5]))],
+                               rtol=1e-14, atol=1e-15)
+    assert np.all(np.isfinite(Categorical().mean((lam,))))

@@ -85,33 +85,49 @@ class Categorical(ExponentialFamily):
         return as_nat(nat, 1)[0]
 
     def _p(self, nat):
-        return self._log_p_and_p(nat)[1]
+        return self._lse_and_p(nat)[1]
 
-    def _log_p_and_p(self, nat):
-        """(log p, p) of ``nat``; the last result is kept (keyed on the array's
-        identity: natural parameters are replaced, never modified in place), so
-        the moments and the entropy of one q share one softmax."""
+    def _lse_and_p(self, nat):
+        """(log-sum-exp of lam, softmax(lam)) of ``nat``; the last result is kept (keyed
+        on the array's identity: natural parameters are replaced, never modified in
+        place), so the moments and the entropy of one q share one softmax."""
         eta = self._eta(nat)
         memo = getattr(self, "_memo", None)
         if memo is not None and memo[0] is eta:
             return memo[1], memo[2]
-        logp, p = self._softmax(eta)
-        self._memo = (eta, logp, p)
-        return logp, p
+        lse, p = self._softmax(eta)
+        self._memo = (eta, lse, p)
+        return lse, p
 
     @staticmethod
     def _softmax(eta):
-        """(log p, p) by the max-shift log-sum-exp, in numpy, in place where possible
-        (an entries x K array is passed over a few times, with two allocations)."""
+        """(log sum_k e^lam_k, p) with one shift for the whole array (a contiguous max)
+        instead of a max per row; rows lying so far below the shift that their sum
+        underflows are redone with their own max. One entries x K array is allocated."""
         eta = np.asarray(eta, dtype=float)
-        m = _rowmax(eta)[..., None]
-        m[~np.isfinite(m)] = 0.0
-        logp = eta - m
-        p = np.exp(logp)
-        s = np.einsum("...k->...", p)[..., None]
-        p /= s
-        logp -= np.log(s)
-        return logp, p
+        if eta.size == 0:
+            return np.zeros(eta.shape[:-1]), np.zeros(eta.shape)
+        c = float(np.max(eta))
+        if not np.isfinite(c):
+            c = 0.0
+        p = np.subtract(eta, c)
+        np.exp(p, out=p)
+        s = np.einsum("...k->...", p)
+        low = s < 1e-280
+        if np.any(low):   # far below the shift: exact per-row log-sum-exp there
+            sub = eta[low]
+            m = _rowmax(sub)
+            m[~np.isfinite(m)] = 0.0
+            e = np.exp(sub - m[..., None])
+            se = np.einsum("...k->...", e)
+            p[low] = e
+            s[low] = se
+            lse = c + np.log(np.where(low, 1.0, s))
+            lse[low] = m + np.log(se)
+        else:
+            lse = c + np.log(s)
+        p /= s[..., None]
+        return lse, p
 
     # ---- exponential-family functions -------------------------------------
     def suff_stats(self, x, K=None):
@@ -129,8 +145,16 @@ class Categorical(ExponentialFamily):
         return (self._p(nat),)
 
     def entropy(self, nat):
-        logp, p = self._log_p_and_p(nat)
-        return -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
+        """H = log sum_k e^lam_k - sum_k p_k lam_k (no entries x K log p array); a
+        category with lam_k = -inf (p_k = 0) contributes 0 log 0 = 0."""
+        lse, p = self._lse_and_p(nat)
+        eta = self._eta(nat)
+        h = lse - np.einsum("...k,...k->...", p, eta)
+        if not np.all(np.isfinite(h)):
+            with np.errstate(invalid="ignore"):
+                logp = eta - lse[..., None]
+            h = -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
+        return h
 
     def kl(self, nat1, nat2):
         return rel_entr(self._p(nat1), self._p(nat2)).sum(axis=-1)
