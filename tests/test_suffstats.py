@@ -62,6 +62,13 @@ CASES = {
     "binomial": lambda r: bg.Mixture(
         _z(), bg.Binomial, 5, bg.Beta(1.0, 1.0, plates=(K,), name="p"),
         name="y").observe(r.integers(0, 6, N)),
+    "multicolumn_normal_gamma": lambda r: bg.Mixture(   # z (N, 1), parameters (D, K)
+        _z(plates=(N, 1)), bg.Normal,
+        bg.NormalGamma(np.zeros((D, K)), 1.0, 2.0, 2.0, plates=(D, K), name="th"),
+        name="y").observe(r.normal(size=(N, D)) + np.arange(D)),
+    "multicolumn_shared_precision": lambda r: bg.Mixture(   # means (D, K), one precision per column
+        _z(plates=(N, 1)), bg.Normal, bg.Normal(0.0, 1.0, plates=(D, K), name="m"),
+        bg.Gamma(2.0, 1.0, plates=(D, 1), name="t"), name="y").observe(r.normal(size=(N, D))),
     "multinomial": lambda r: bg.Mixture(
         _z(), bg.Multinomial, 5, bg.Dirichlet(np.ones(3), plates=(K,), name="p"),
         name="y").observe(r.multinomial(5, [0.2, 0.3, 0.5], N)),
@@ -73,8 +80,8 @@ def _masked_weighted(case, seed):
     r = np.random.default_rng(seed)
     y = CASES[case](r)
     value = np.array(y.value)
-    mask = r.random(N) > 0.2
-    weights = r.integers(1, 4, N).astype(float)
+    mask = r.random(y.plates) > 0.2
+    weights = r.integers(1, 4, y.plates).astype(float)
     return y.observe(value, mask=mask, weights=weights)
 
 
@@ -121,10 +128,10 @@ def test_categorical_data_never_build_one_hot_rows():
     assert y.factor._flat_cache[1] is None
 
 
-def test_parameters_on_the_data_plates_use_per_entry_formulas():
-    """Multi-column mixture: z plates (N, 1), parameters (D, K) differ per column."""
+def test_z_and_parameters_varying_along_one_axis_use_per_entry_formulas():
+    """z plates (N, D) and parameters (D, K): both vary along D, no row/column split."""
     r = np.random.default_rng(1)
-    z = _z(plates=(N, 1))
+    z = _z(plates=(N, D))
     th = bg.NormalGamma(0.0, 1.0, 2.0, 2.0, plates=(D, K), name="th")
     y = bg.Mixture(z, bg.Normal, th, name="y").observe(r.normal(size=(N, D)))
     fit = bg.Model(y).fit("vmp", max_iter=3, seed=0)
@@ -162,6 +169,29 @@ def test_whole_fit_is_the_same_with_and_without_the_flat_path(monkeypatch):
     assert np.all(np.diff(trace_fast) >= -1e-9 * np.abs(trace_fast[1:]))
     for a, b in zip(nat_fast, nat_slow):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_multicolumn_fit_with_missing_cells_is_the_same_with_and_without_the_flat_path(monkeypatch):
+    """Diagonal Gaussian mixture as the zoo declares it (z plates (N, 1), Normal-Gamma
+    parameters (D, K)) with missing cells: same ELBO trace and posteriors on both paths."""
+    def run():
+        r = np.random.default_rng(7)
+        X = np.concatenate([r.normal(-2, 1, (50, 4)), r.normal(2, 0.5, (30, 4))])
+        mask = r.random(X.shape) > 0.15
+        th = bg.NormalGamma(np.zeros((4, K)), 1.0, 1.0, np.ones((4, K)), plates=(4, K), name="th")
+        z = bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=(80, 1), name="z")
+        x = bg.Mixture(z, bg.Normal, th, name="x").observe(X, mask=mask)
+        f = bg.Model(x).fit("vmp", max_iter=7, tol=0, seed=2)
+        return np.array(f.elbo_trace), th.posterior.natural, z.posterior.mean
+    fast = run()
+    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    slow = run()
+    assert len(fast[0]) == len(slow[0]) == 7
+    np.testing.assert_allclose(fast[0], slow[0], rtol=1e-11)
+    assert np.all(np.diff(fast[0]) >= -1e-9 * np.abs(fast[0][1:]))
+    for a, b in zip(fast[1], slow[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fast[2], slow[2], rtol=1e-9, atol=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

@@ -326,16 +326,22 @@ class Stochastic(Node):
                      for a, k in zip(nat, self.family.event_ndims))
 
     def elbo_term(self):
-        """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent)."""
+        """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),
+        summed over entries with weights mask x counts."""
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
-        ll = self.factor.expected_loglik(x, u)
-        if not self.observed and not self.point:
-            ll = ll + self.family.entropy(self.nat)
-        ll = np.broadcast_to(ll, self.plates)
         w = self.mask
         if self.replicates is not None:
             w = self.replicates if w is None else w * self.replicates
-        if w is not None:
-            ll = np.where(w != 0, ll, 0.0) * w
-        return float(np.sum(ll))
+        total = self.factor.weighted_loglik(x, u, w)
+        if not self.observed and not self.point:
+            total += _weighted_sum(self.family.entropy(self.nat), w, self.plates)
+        return total
+
+
+def _weighted_sum(values, w, plates):
+    """sum over entries of w * values (entries with weight 0 contribute nothing, even NaN)."""
+    v = np.broadcast_to(values, plates)
+    if w is not None:
+        v = np.where(w != 0, v, 0.0) * w
+    return float(np.sum(v))

@@ -71,6 +71,15 @@ class Layout:
                 out[..., sl] = a.reshape(tuple(lead) + (-1,))
         return out
 
+    def means(self, S, plates):
+        """Weighted sums S (rows, P) -> (totals, moment tuple of weighted means), with the
+        rows laid out as ``plates``; a row with zero total gets zero moments."""
+        tot = S[:, 0].copy()
+        M = S / np.where(tot > 0, tot, 1.0)[:, None]
+        plates = tuple(plates)
+        return tot.reshape(plates), tuple(
+            m.reshape(plates + m.shape[1:]) for m in self.unflatten(M))
+
     def unflatten(self, S):
         """Rows of column sums/means (n, P) back to the family's moment tuple."""
         n = S.shape[0]
@@ -123,20 +132,22 @@ class FlatStats:
         P = Layout(family, [np.shape(t)[1:] for t in family.suff_stats(first)], True).P
         return E * P * 8 <= MAX_BYTES
 
+    def coefficients(self, nat, elp, lead):
+        """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
+        ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
+        coef = self.layout.flatten_natural(nat, lead)
+        coef[..., 0] = -np.broadcast_to(np.asarray(elp, dtype=float), tuple(lead))
+        if self.layout.has_logh:
+            coef[..., 1] = 1.0
+        else:
+            coef[..., 0] += self.logh_value
+        return coef
+
     def loglik(self, nat, elp, K):
         """E[log p(x_n | theta_k)] (entries x K) from E[eta_k] and E[A_k] (plates (K,) or ())."""
-        coef = self.layout.flatten_natural(nat, (K,))
-        coef[:, 0] = -np.broadcast_to(np.asarray(elp, dtype=float), (K,))
-        if self.layout.has_logh:
-            coef[:, 1] = 1.0
-        else:
-            coef[:, 0] += self.logh_value
-        return self.Phi @ coef.T
+        return self.Phi @ self.coefficients(nat, elp, (K,)).T
 
     def weighted_means(self, W):
         """(totals sum_n W_nk (K,), moment tuple of the W-weighted means, plates (K,)),
         from W (entries x K); a component with zero total gets zero moments."""
-        S = W.T @ self.Phi
-        tot = S[:, 0].copy()
-        S /= np.where(tot > 0, tot, 1.0)[:, None]
-        return tot, self.layout.unflatten(S)
+        return self.layout.means(W.T @ self.Phi, (W.shape[1],))

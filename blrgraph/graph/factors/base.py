@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...families.base import inner
-from ..node import Constant, Node
+from ..node import Constant, Node, _weighted_sum
 from ..plates import broadcast_plates
 
 
@@ -122,6 +122,10 @@ class Conditional:
         fam = self.node.family
         return inner(self.prior_natural(u), x.moments, fam.event_ndims) \
             - self.expected_log_partition(u) + self.log_base_measure(x)
+
+    def weighted_loglik(self, x, u, w):
+        """sum_n w_n E[log p(x_n | parents)] (the ELBO term; w = mask x counts or None)."""
+        return _weighted_sum(self.expected_loglik(x, u), w, x.plates)
 
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")

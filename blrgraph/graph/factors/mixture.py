@@ -15,7 +15,7 @@ from .base import Conditional
 class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
-    caches = ("_ll_cache", "_flat_cache")
+    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache")
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
@@ -53,22 +53,81 @@ class MixtureFactor(Conditional):
         return u[0][0], u[1:]
 
     def _flat(self, x, r, ucomp):
-        """The data's flat statistics (graph/suffstats.py) when they serve this mixture:
-        observed data with dense T(x), a conjugate component whose parameters have
-        plates (K,) only, and one responsibility row per data entry. None otherwise."""
-        if x.value is None or not self.component.conjugate or \
-                tuple(np.shape(r)[:-1]) != tuple(x.plates):
+        """How the data's flat statistics (graph/suffstats.py) serve this mixture, or None.
+
+        Needs observed data with dense T(x) and a conjugate component. The data's plate
+        axes split into leading *row* axes, along which z varies and the parameters do
+        not, and trailing *column* axes, along which z is constant (a multi-column mixture:
+        z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape)."""
+        if x.value is None or not self.component.conjugate:
             return None
+        xp = tuple(x.plates)
+        n = len(xp)
+        zp, cp = tuple(np.shape(r)[:-1]), tuple(self.component.plates()[:-1])
+        if len(zp) > n or len(cp) > n:
+            return None
+        zp, cp = (1,) * (n - len(zp)) + zp, (1,) * (n - len(cp)) + cp
+        s = 0
+        while s < n and zp[s] == xp[s] and cp[s] == 1:
+            s += 1
+        if any(z != 1 for z in zp[s:]):
+            return None   # z and the parameters vary along the same axis: per-entry formulas
         cached = getattr(self, "_flat_cache", None)
         if cached is not None and cached[0] is x.value:
             fs = cached[1]
         else:
             fam = self.node.family
-            fs = FlatStats(fam, x.value, x.plates) if FlatStats.fits(fam, x.value, x.plates) else None
+            fs = FlatStats(fam, x.value, xp) if FlatStats.fits(fam, x.value, xp) else None
             self._flat_cache = (x.value, fs)
-        if fs is None or any(p != 1 for p in self.component.plates()[:-1]):
-            return None   # parameters vary along the data's plates: per-entry formulas
-        return fs
+        if fs is None:
+            return None
+        R, C = int(np.prod(xp[:s], dtype=int)), int(np.prod(xp[s:], dtype=int))
+        return fs, R, C, xp[s:]
+
+    def _coef(self, fs, cols, ucomp):
+        """Coefficients of Phi's columns for every (column entry, component): (C, K, P)."""
+        lead = tuple(cols) + (self.K,)
+
+        def fit(a, k):   # drop the size-1 row axes of a parameter array
+            a = np.asarray(a, dtype=float)
+            keep = len(lead) + k
+            return a.reshape(a.shape[-keep:]) if a.ndim > keep else a
+
+        nat = self.component.prior_natural(ucomp)
+        nat = tuple(fit(a, k) for a, k in zip(nat, self.node.family.event_ndims))
+        elp = fit(self.component.expected_log_partition(ucomp), 0)
+        return fs.coefficients(nat, np.broadcast_to(elp, lead), lead).reshape(
+            (int(np.prod(lead[:-1], dtype=int)), self.K, fs.layout.P))
+
+    def _weighted_phi(self, fs, R, C, w):
+        """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
+        counts) -- kept while the same weights come back."""
+        if w is None:
+            return fs.Phi.reshape(R, C * fs.layout.P)
+        w = np.asarray(w, dtype=float)
+        cached = getattr(self, "_wphi_cache", None)
+        if cached is not None and (cached[0] is w or (cached[0].shape == w.shape and
+                                                      np.array_equal(cached[0], w))):
+            return cached[1]
+        wb = np.broadcast_to(w, fs.plates).reshape(R, C, 1)
+        A = (fs.Phi.reshape(R, C, fs.layout.P) * wb).reshape(R, C * fs.layout.P)
+        self._wphi_cache = (w, A)
+        return A
+
+    def _row_loglik(self, x, ucomp, r, w):
+        """sum over column entries of w * E[log p(x | theta_k)]: (R, K), for a mixture with
+        column axes (one product (R, C P) @ (C P, K)); kept for the same inputs."""
+        fs, R, C, cols = self._flat(x, r, ucomp)
+        A = self._weighted_phi(fs, R, C, w)
+        refs = (A,) + tuple(ucomp)
+        cached = getattr(self, "_rowll_cache", None)
+        if cached is not None and len(cached[0]) == len(refs) and \
+                all(a is b for a, b in zip(cached[0], refs)):
+            return cached[1]
+        coef = self._coef(fs, cols, ucomp)                       # (C, K, P)
+        ll = A @ coef.transpose(0, 2, 1).reshape(C * fs.layout.P, self.K)
+        self._rowll_cache = (refs, ll)
+        return ll
 
     def _component_loglik(self, x, ucomp, r=None):
         """E[log p(x | theta_k)] for every entry and component (entries x K). It is
@@ -80,10 +139,10 @@ class MixtureFactor(Conditional):
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(a is b for a, b in zip(cached[0], refs)):
             return cached[1]
-        fs = None if r is None else self._flat(x, r, ucomp)
-        if fs is not None:   # one product with the data's statistics matrix
-            ll = fs.loglik(self.component.prior_natural(ucomp),
-                           self.component.expected_log_partition(ucomp), self.K)
+        plan = None if r is None else self._flat(x, r, ucomp)
+        if plan is not None and plan[2] == 1:   # one product with the statistics matrix
+            fs = plan[0]
+            ll = fs.Phi @ self._coef(fs, (), ucomp)[0].T
             ll = ll.reshape(tuple(x.plates) + (self.K,))
         else:
             xe = x.expand(self.node.family.event_ndims)
@@ -107,18 +166,35 @@ class MixtureFactor(Conditional):
         r, ucomp = self._split(u)
         return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp, r))
 
+    def weighted_loglik(self, x, u, w):
+        r, ucomp = self._split(u)
+        plan = self._flat(x, r, ucomp)
+        if plan is None or plan[2] == 1:
+            return super().weighted_loglik(x, u, w)
+        R = plan[1]
+        return float(np.einsum("nk,nk->", r.reshape(R, self.K), self._row_loglik(x, ucomp, r, w)))
+
     def message(self, i, x, u, w, target):
         r, ucomp = self._split(u)
+        plan = self._flat(x, r, ucomp)
         if i == 0:
+            if plan is not None and plan[2] > 1 and int(np.prod(target, dtype=int)) == plan[1]:
+                return (self._row_loglik(x, ucomp, r, w).reshape(tuple(target) + (self.K,)),)
             ll = self._component_loglik(x, ucomp, r)
             return (reduce_to(ll, 1, target, weights=w),)
-        wr = r if w is None else np.asarray(w)[..., None] * r
-        fs = self._flat(x, r, ucomp)
-        if fs is not None:
-            # the message is affine in the child's moments: K pseudo-entries carrying the
-            # weighted means, with the weights' totals (graph/suffstats.py)
-            tot, means = fs.weighted_means(np.reshape(wr, (-1, self.K)))
-            pseudo = ChildData(None, means, (self.K,), self.node.family.value_ndim)
+        if plan is not None:
+            # the message is affine in the child's moments: one pseudo-entry per (column
+            # entry, component) carrying the weighted means, with the weights' totals
+            fs, R, C, cols = plan
+            if C == 1:
+                W = r if w is None else np.asarray(w)[..., None] * r
+                S = np.reshape(W, (R, self.K)).T @ fs.Phi                      # (K, P)
+            else:
+                A = self._weighted_phi(fs, R, C, w)
+                S = (r.reshape(R, self.K).T @ A).reshape(self.K, C, -1).transpose(1, 0, 2)
+            tot, means = fs.layout.means(S.reshape(C * self.K, -1), tuple(cols) + (self.K,))
+            pseudo = ChildData(None, means, tuple(cols) + (self.K,), self.node.family.value_ndim)
             return self.component.message(i - 1, pseudo, ucomp, tot, target)
+        wr = r if w is None else np.asarray(w)[..., None] * r
         xe = x.expand(self.node.family.event_ndims)
         return self.component.message(i - 1, xe, ucomp, wr, target)
