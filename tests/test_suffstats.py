@@ -194,6 +194,32 @@ def test_multicolumn_fit_with_missing_cells_is_the_same_with_and_without_the_fla
     np.testing.assert_allclose(fast[2], slow[2], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("columns", [False, True])
+def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, monkeypatch):
+    """Each minibatch brings new data (and masks that may repeat): the statistics matrix
+    and its weighted form must follow the batch, not the first one seen."""
+    def run():
+        r = np.random.default_rng(11)
+        X = np.concatenate([r.normal(-2, 1, (60, 3)), r.normal(2, 0.5, (60, 3))])
+        if columns:
+            mask = np.ones(X.shape, dtype=bool)
+            mask[0, 1] = False   # most minibatches then carry equal (all-True) masks
+            th = bg.NormalGamma(np.zeros((3, K)), 1.0, 1.0, np.ones((3, K)), plates=(3, K), name="th")
+            z = bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=(120, 1), name="z")
+            x = bg.Mixture(z, bg.Normal, th, name="x").observe(X, mask=mask)
+        else:
+            th = bg.NormalWishart(np.zeros(3), 1.0, 5.0, np.eye(3), plates=(K,), name="th")
+            z = bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=(120,), name="z")
+            x = bg.Mixture(z, bg.MultivariateNormal, th, name="x").observe(X)
+        bg.Model(x).fit("svi", batch_size=20, epochs=2, seed=0)
+        return th.posterior.natural
+    fast = run()
+    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    slow = run()
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
 @settings(max_examples=40, deadline=None)
 @given(d=st.integers(1, 5), n=st.integers(1, 7), seed=st.integers(0, 2**31 - 1))
 def test_layout_inner_products_and_round_trip(d, n, seed):

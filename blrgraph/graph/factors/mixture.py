@@ -106,12 +106,12 @@ class MixtureFactor(Conditional):
             return fs.Phi.reshape(R, C * fs.layout.P)
         w = np.asarray(w, dtype=float)
         cached = getattr(self, "_wphi_cache", None)
-        if cached is not None and (cached[0] is w or (cached[0].shape == w.shape and
-                                                      np.array_equal(cached[0], w))):
-            return cached[1]
+        if cached is not None and cached[0] is fs and (cached[1] is w or (
+                cached[1].shape == w.shape and np.array_equal(cached[1], w))):
+            return cached[2]
         wb = np.broadcast_to(w, fs.plates).reshape(R, C, 1)
         A = (fs.Phi.reshape(R, C, fs.layout.P) * wb).reshape(R, C * fs.layout.P)
-        self._wphi_cache = (w, A)
+        self._wphi_cache = (fs, w, A)
         return A
 
     def _row_loglik(self, x, ucomp, r, w):
