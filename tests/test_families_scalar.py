@@ -545,3 +545,9 @@ def test_categorical_entropy_with_impossible_categories():
     np.testing.assert_allclose(h, [np.log(2.0), 0.0, -np.sum([.2, .3, .5] * np.log([.2, .3, .5]))],
                                rtol=1e-14, atol=1e-15)
     assert np.all(np.isfinite(Categorical().mean((lam,))))
+
+
+def test_categorical_softmax_of_a_single_impossible_row_is_nan_not_an_error():
+    from blrgraph.families import Categorical
+    lse, p = Categorical._softmax(np.full(3, -np.inf))
+    assert np.shape(lse) == () and np.shape(p) == (3,) and np.all(np.isnan(p))

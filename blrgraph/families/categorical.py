@@ -112,7 +112,7 @@ class Categorical(ExponentialFamily):
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
-        s = np.einsum("...k->...", p)
+        s = np.asarray(np.einsum("...k->...", p))
         low = s < 1e-280
         if np.any(low):   # far below the shift: exact per-row log-sum-exp there
             sub = eta[low]
@@ -122,11 +122,13 @@ class Categorical(ExponentialFamily):
             se = np.einsum("...k->...", e)
             p[low] = e
             s[low] = se
-            lse = c + np.log(np.where(low, 1.0, s))
-            lse[low] = m + np.log(se)
+            lse = np.asarray(c + np.log(np.where(low, 1.0, s)))
+            with np.errstate(divide="ignore"):   # a row of -inf only: no category possible
+                lse[low] = m + np.log(se)
         else:
             lse = c + np.log(s)
-        p /= s[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p /= s[..., None]
         return lse, p
 
     # ---- exponential-family functions -------------------------------------

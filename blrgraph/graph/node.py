@@ -245,6 +245,7 @@ class Stochastic(Node):
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
+        self.factor.release()   # work arrays built from the previous data (the array may be reused)
         return self
 
     def read_batch(self, rows):

@@ -59,8 +59,9 @@ class MixtureFactor(Conditional):
         axes split into leading *row* axes, along which z varies and the parameters do
         not, and trailing *column* axes, along which z is constant (a multi-column mixture:
         z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape)."""
-        if x.value is None or not self.component.conjugate:
-            return None
+        if x.value is None or not self.component.conjugate or \
+                any(f != 1 for f in self.component.fixed_plates()):
+            return None   # (fixed arrays such as Binomial n per component enter log h(x))
         xp = tuple(x.plates)
         n = len(xp)
         zp, cp = tuple(np.shape(r)[:-1]), tuple(self.component.plates()[:-1])
@@ -102,12 +103,14 @@ class MixtureFactor(Conditional):
     def _weighted_phi(self, fs, R, C, w):
         """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
         counts) -- kept while the same weights come back."""
-        if w is None:
-            return fs.Phi.reshape(R, C * fs.layout.P)
-        w = np.asarray(w, dtype=float)
         cached = getattr(self, "_wphi_cache", None)
-        if cached is not None and cached[0] is fs and (cached[1] is w or (
-                cached[1].shape == w.shape and np.array_equal(cached[1], w))):
+        if w is None:
+            if cached is None or cached[0] is not fs or cached[1] is not None:
+                self._wphi_cache = cached = (fs, None, fs.Phi.reshape(R, C * fs.layout.P))
+            return cached[2]
+        w = np.asarray(w, dtype=float)
+        if cached is not None and cached[0] is fs and cached[1] is not None and (
+                cached[1] is w or (cached[1].shape == w.shape and np.array_equal(cached[1], w))):
             return cached[2]
         wb = np.broadcast_to(w, fs.plates).reshape(R, C, 1)
         A = (fs.Phi.reshape(R, C, fs.layout.P) * wb).reshape(R, C * fs.layout.P)
