@@ -68,6 +68,7 @@ class PotentialFactor(Conditional):
     """The factor of a Potential: E[logp], its Bonnet/Price messages, by autograd."""
 
     conjugate = False
+    elbo_is_estimate = True   # E[logp] by fixed Monte Carlo draws (see fit._Damping)
 
     def __init__(self, node, parents, logp, samples, seed, vectorized):
         self.logp = logp

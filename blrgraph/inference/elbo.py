@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def elbo(model):
     for node in model.observed:
@@ -16,10 +18,26 @@ def elbo(model):
     for node in model.stochastic:
         term = node.elbo_term()
         if not math.isfinite(term):
-            raise FloatingPointError(f"the ELBO term of {node.label()} is {term}; "
-                                     f"check its data and priors")
+            raise FloatingPointError(f"the ELBO term of {node.label()} is {term}{_diagnose(node)}")
         total += term
     return total
+
+
+def _diagnose(node):
+    """Which parent's moments are non-finite or beyond 1e150 (so that their squares
+    overflow), as the tail of the error message."""
+    for p in node.factor.parents:
+        try:
+            mom = p.moments()
+        except (FloatingPointError, ValueError, np.linalg.LinAlgError):
+            continue
+        worst = max((float(np.max(np.abs(a))) if np.size(a) else 0.0 for a in mom), default=0.0)
+        if not np.isfinite(worst) or worst > 1e150:
+            return (f": the moments of its parent {p.label()} reach {worst:.3g}, so an update "
+                    f"upstream diverged (a non-conjugate step overshot, or the data are on a "
+                    f"huge scale). Standardise the covariates / rescale the data, or use a "
+                    f"stronger prior")
+    return "; check its data and priors"
 
 
 def elbo_by_node(model):

@@ -40,6 +40,7 @@ class Conditional:
     """Base class of conditional factors."""
 
     conjugate = True  # non-conjugate factors (NCVMP) set this False
+    elbo_is_estimate = False  # True when E[log f] is a Monte Carlo estimate (Potential)
     #: attributes holding work arrays kept during a fit, dropped by :meth:`release`
     caches = ()
 
