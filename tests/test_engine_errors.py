@@ -477,3 +477,28 @@ def test_nonfinite_elbo_term_raises():
     model = bg.Model(y)
     y.factor.expected_log_partition = lambda u: np.nan
     refused(lambda: model.fit("conjugate"), "y", FloatingPointError)
+
+
+# --------------------------------------------------------------------------
+# a mixture whose z lines up with the parameters' column axis (N == D)
+# --------------------------------------------------------------------------
+def test_mixture_with_z_on_the_column_axis_is_refused_when_data_add_rows():
+    N = D = 4
+    z = bg.Categorical(bg.Dirichlet(np.ones(2)), plates=(N,), name="z")
+    th = bg.NormalGamma(0.0, 1.0, 1.0, 1.0, plates=(D, 2), name="th")
+    x = bg.Mixture(z, bg.Normal, th, name="cells")
+    data = np.random.default_rng(0).normal(size=(N, D))
+    refused(lambda: x.observe(data), "cells", ValueError, match=r"z plates \(4, 1\)")
+    # explicit plates say one assignment per column is meant: accepted
+    y = bg.Mixture(z, bg.Normal, th, name="cols", plates=(N, D)).observe(data)
+    assert y.plates == (N, D)
+    # the intended layout
+    z1 = bg.Categorical(bg.Dirichlet(np.ones(2)), plates=(N, 1), name="z1")
+    assert bg.Mixture(z1, bg.Normal, th, name="rows").observe(data).plates == (N, D)
+
+
+def test_mixture_z_and_columns_that_do_not_broadcast_suggest_the_row_layout():
+    z = bg.Categorical(bg.Dirichlet(np.ones(2)), plates=(5,), name="z")
+    th = bg.NormalGamma(0.0, 1.0, 1.0, 1.0, plates=(4, 2), name="th")
+    refused(lambda: bg.Mixture(z, bg.Normal, th, name="cells"), "cells", ValueError,
+            match=r"z plates \(5, 1\)")

@@ -43,8 +43,33 @@ class MixtureFactor(Conditional):
         try:
             return broadcast_plates(self.parents[0].plates, cplates)
         except ValueError:
+            hint = ""
+            if len(self.parents[0].plates) == 1 and len(cplates) == 1:
+                hint = (f"; for one assignment per row of ({self.parents[0].plates[0]}, "
+                        f"{cplates[0]}) data give z plates ({self.parents[0].plates[0]}, 1)")
             raise ValueError(f"{self.node.label()}: z plates {self.parents[0].plates} and component "
-                             f"plates {cplates} (without the component axis) do not broadcast") from None
+                             f"plates {cplates} (without the component axis) do not "
+                             f"broadcast{hint}") from None
+
+    def check_data_plates(self, dplates):
+        """Data with more leading axes than the mixture's plates, while z shares an axis with
+        the parameters (z plates (N,), parameters (D, K) with N == D): numpy alignment would
+        give one z per *column*, shared down the rows. Refused as ambiguous; the intended
+        model almost always has z plates (N, 1)."""
+        own = tuple(self.node.plates)
+        if len(dplates) <= len(own):
+            return
+        zp, cp = tuple(self.parents[0].plates), tuple(self.component.plates()[:-1])
+        n = len(own)
+        zp, cp = (1,) * (n - len(zp)) + zp, (1,) * (n - len(cp)) + cp
+        if any(z != 1 and c != 1 for z, c in zip(zp, cp)):
+            z = self.parents[0]
+            raise ValueError(
+                f"{self.node.label()}: z {z.label()} has plates {z.plates}, which line up with the "
+                f"parameters' plate axis (the data's last axes {own}), so one assignment would be "
+                f"shared down each column of the {dplates} data. For one assignment per row give z "
+                f"plates {tuple(dplates[:1]) + (1,) * (len(dplates) - 1)}; if one assignment per "
+                f"column is meant, declare the mixture with plates={tuple(dplates)}")
 
     def n_categories(self):
         return self.component.n_categories()
