@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 
+from ..families.gathered import gathered_softmax, gathered_sum
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -282,9 +283,46 @@ class Stochastic(Node):
                 self._moments = self.family.mean_params(self.nat)
         return self._moments
 
+    # q's natural parameters: an array tuple, or (after :meth:`set_natural_terms`) built
+    # from their factored form on first read
+    @property
+    def nat(self):
+        if self._nat is None and getattr(self, "_nat_terms", None) is not None:
+            tables, rows, n = self._nat_terms
+            self._nat = (gathered_sum(tables, rows, n).reshape(self.plates + (-1,)),)
+            self._nat_terms = None
+        return self._nat
+
+    @nat.setter
+    def nat(self, value):
+        self._nat = value
+        self._nat_terms = None
+        self._log_partition = None
+
     def set_natural(self, nat):
         self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
         self._moments = None
+
+    def set_natural_terms(self, tables, rows):
+        """A Categorical q whose natural parameter is a sum of gathered tables,
+        lam[n] = sum_j tables[j][rows[j][n]] (one plate axis): its moments come from
+        the factored softmax (:func:`~blrgraph.families.gathered.gathered_softmax`),
+        which exponentiates only the tables; the dense lam is built only if read."""
+        n = self.plates[0]
+        memo = self.__dict__.setdefault("_gather_memo", {})
+        p, log_z = gathered_softmax(tables, rows, n, memo=memo)
+        self.nat = None
+        self._nat_terms = (tuple(tables), tuple(rows), n)
+        self._log_partition = log_z
+        self._moments = (p,)
+
+    def entropy(self):
+        """H[q] per plate entry (for a factored Categorical, log Z - <p, lam>, which
+        needs no log of p)."""
+        log_z = getattr(self, "_log_partition", None)
+        if log_z is not None and self._moments is not None:
+            return log_z - np.einsum("nk,nk->n", self._moments[0], self.nat[0])
+        return self.family.entropy(self.nat)
 
     @property
     def posterior(self):
@@ -319,6 +357,17 @@ class Stochastic(Node):
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
         return total
 
+    def message_terms_to(self, parent):
+        """This node's message to ``parent`` as gathered tables (tables, rows) (see
+        :meth:`set_natural_terms`), or None when its factor cannot give it so."""
+        f = self.factor
+        slots = [i for i, p in enumerate(f.parents) if p is parent]
+        if not hasattr(f, "message_terms") or len(slots) != 1:
+            return None
+        u = [p.moments() for p in f.parents]
+        return f.message_terms(slots[0], self.child_data(), u, self.message_weight(parent),
+                               parent.plates)
+
     def prior_natural(self):
         u = [p.moments() for p in self.factor.parents]
         nat = self.factor.prior_natural(u)
@@ -331,7 +380,7 @@ class Stochastic(Node):
         x = self.child_data()
         ll = self.factor.expected_loglik(x, u)
         if not self.observed and not self.point:
-            ll = ll + self.family.entropy(self.nat)
+            ll = ll + self.entropy()
         ll = np.broadcast_to(ll, self.plates)
         w = self.mask
         if self.replicates is not None:
