@@ -9,7 +9,7 @@ import pytest
 from scipy.special import logsumexp, softmax
 
 import blrgraph as bg
-from blrgraph.families.gathered import gathered_softmax, gathered_sum
+from blrgraph.families.gathered import GatheredSoftmax, gathered_softmax, gathered_sum
 from blrgraph.graph.factors.categorical import scatter_last
 from blrgraph.inference import blr
 
@@ -40,6 +40,38 @@ def test_gathered_softmax_rows_that_underflow_fall_back_to_log_space():
     np.testing.assert_allclose(p, softmax(lam, axis=1), rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(logz, logsumexp(lam, axis=1), rtol=1e-13, atol=1e-13)
     assert np.all(np.isfinite(p)) and np.allclose(p.sum(1), 1.0)
+
+
+@pytest.mark.parametrize("case", ["two", "shared", "three", "one", "underflow"])
+def test_scatter_of_the_factored_softmax_equals_the_dense_sums(case):
+    """sum over the entries sharing a row of one table of w_n p_n, by the sparse product,
+    equals the same sum of the dense softmax (also for rows computed in log space)."""
+    rng = np.random.default_rng(2)
+    n, K, R1, R2 = 400, 5, 30, 20
+    T1, T2 = rng.normal(size=(R1, K)) * 3, rng.normal(size=(R2, K)) * 3
+    r1, r2 = rng.integers(0, R1, n), rng.integers(0, R2, n)
+    if case == "underflow":
+        T1[:5] = [0, -900, -900, -900, -900]
+        T2[:5] = [-900, 0, 0, 0, 0]
+        r1[:40], r2[:40] = rng.integers(0, 5, 40), rng.integers(0, 5, 40)
+    tables, rows = {"two": ([T1, T2], [r1, r2]), "underflow": ([T1, T2], [r1, r2]),
+                    "shared": ([T1, T2[:1]], [r1, None]),
+                    "three": ([T1, T2, T2[::-1]], [r1, r2, r2[::-1].copy()]),
+                    "one": ([T1], [r1])}[case]
+    lam = gathered_sum(tables, rows, n)
+    p = softmax(lam, axis=1)
+    w = rng.random(n)
+    q = GatheredSoftmax(tables, rows, n, memo={})
+    if case == "underflow":
+        assert q.fixed is not None
+    for weights in (w, None):
+        ww = np.ones(n) if weights is None else weights
+        expect = np.zeros((R1, K))
+        np.add.at(expect, r1, ww[:, None] * p)
+        np.testing.assert_allclose(q.scatter(r1, weights, R1), expect, rtol=1e-11, atol=1e-300)
+    np.testing.assert_allclose(q.p, p, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(q.log_partition, logsumexp(lam, axis=1), rtol=1e-13, atol=1e-13)
+    assert q.scatter(r1.copy(), w, R1) is None  # not one of its row arrays
 
 
 def test_component_counts_equal_scatter_last():

@@ -67,6 +67,17 @@ def target_terms(model, node):
     return tables, rows
 
 
+def reset_to_prior(node):
+    """q of ``node`` back to its prior (given its parents' current moments); a
+    Categorical whose prior is a gathered table stays in factored form."""
+    if type(node.family).__name__ == "Categorical" and len(node.plates) == 1 and not node.point:
+        terms = getattr(node.factor, "prior_terms", lambda: None)()
+        if terms is not None and all(np.all(np.isfinite(T)) for T in terms[0]):
+            node.set_natural_terms(*terms)
+            return
+    node.set_natural(node.prior_natural())
+
+
 def blr_step(model, node, rho=1.0, iteration=None, scale=None):
     """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
     of its pseudo-posterior (the target); its moments are then T at their mode (the MAP

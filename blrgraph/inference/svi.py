@@ -197,7 +197,7 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     tau, kappa : rho_t = (t + tau)^-kappa for global nodes, kappa in (0.5, 1].
     batch_over : node (or name) whose first plate axis is the data axis.
     resume : continue a fit saved with ``model.save`` / restored with ``model.load``.
-    init : "kmeans++" (default) or "random": the first minibatch's mixture responsibilities.
+    init : "kmeans++" (default), "random" or "diffuse": the first minibatch's mixture responsibilities.
     warmup : on the first minibatch, alternate local and global updates (rho = 1)
         this many times before the Robbins-Monro steps: VMP on one minibatch,
         which separates mixture components early.

@@ -61,7 +61,11 @@ class CategoricalFactor(Conditional):
     """z ~ Categorical(p): lam = E[log p] (overcomplete log-potentials), A = 0."""
 
     def n_categories(self):
-        return self.parents[0].moments()[0].shape[-1]
+        from ..deterministic import Gather
+        p = self.parents[0]
+        if isinstance(p, Gather):  # the source has the same K, without gathering
+            p = p.source
+        return p.moments()[0].shape[-1]
 
     def prior_natural(self, u):
         (lp,), = u
@@ -83,8 +87,19 @@ class CategoricalFactor(Conditional):
             if fast is not None:
                 return (fast,)
             return (scatter_last(w, x.value, K, target, x.plates),)
-        return (wsum(w, x.moments[0], subs=("A",), out="A", target_plates=target,
-                     full_plates=x.plates),)
+        r = x.moments[0]
+        if tuple(target) == x.plates and np.shape(r) == x.plates + (K,):
+            return (r if w is None else np.asarray(w)[..., None] * r,)  # nothing to sum
+        return (wsum(w, r, subs=("A",), out="A", target_plates=target, full_plates=x.plates),)
+
+    def factored_message(self, slots, q, w, target):
+        """The message to p (its gradient, w_n E[onehot z_n]) of a z whose q is a
+        factored Categorical (families/gathered.py), kept factored for a gather to
+        scatter (graph/node.py FactoredMessage); None when it must be reduced here."""
+        from ..node import FactoredMessage
+        if tuple(target) != self.node.plates or (w is not None and np.shape(w) != tuple(target)):
+            return None
+        return (FactoredMessage(q, w),)
 
     def _component_counts(self, labels, w, K, target):
         """The message of a mixture of Categoricals to its (C, K) parameters:

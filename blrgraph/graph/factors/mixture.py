@@ -95,4 +95,4 @@ class MixtureFactor(Conditional):
         terms = getattr(self.component, "loglik_terms", None)
         if i != 0 or w is not None or terms is None or tuple(target) != self.node.plates:
             return None
-        return terms(x, self._split(u)[1], self.node.plates)
+        return terms(x, u[1:], self.node.plates)  # (not z's moments: u[0])
