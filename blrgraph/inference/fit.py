@@ -345,6 +345,44 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     return res
 
 
+def local_order(model, local):
+    """(order, watched, last) of a local block: mixture assignments first (after a
+    restart they hold only their prior, no data), the other local nodes after them
+    (their natural parameters are watched for convergence; all nodes if there are no
+    others), and the assignments once more at the end, so that the global nodes see
+    assignments fitted to the final local parameters."""
+    assign = [n for n in local if _is_assignment(model, n)]
+    others = [n for n in local if n not in assign]
+    return assign + others, others or list(local), (assign if others else [])
+
+
+def fit_locals(model, local, iters, tol, restart, update):
+    """Fit the ``local`` nodes to the current global ones: from their priors if
+    ``restart``, sweeps of ``update(node)`` (:func:`local_order`) until the mean
+    absolute change of the watched natural parameters is below ``tol``, at most
+    ``iters`` sweeps (one when no local node depends on another). Returns the number
+    of sweeps."""
+    order, watch, last = local_order(model, local)
+    if not any(model.latent_neighbours(n) & set(local) for n in local):
+        iters = 1
+    if restart:
+        for n in local:
+            reset_to_prior(n)
+    k = 0
+    for k in range(1, iters + 1):
+        before = [n.nat for n in watch]
+        for n in order:
+            update(n)
+        if iters > 1:
+            change = max(float(np.mean(np.abs(a - b))) for n, old in zip(watch, before)
+                         for a, b in zip(n.nat, old))
+            if change < tol:
+                break
+    for n in last:
+        update(n)
+    return k
+
+
 class LocalBlock:
     """fit(local_iters=...): the local nodes fitted to the globals, then the globals."""
 
@@ -352,37 +390,15 @@ class LocalBlock:
         self.model = model
         self.local = local
         self.globals = [n for n in model.schedule if n not in local]
-        assign = [n for n in local if _is_assignment(model, n)]
-        self.watch = [n for n in local if n not in assign] or list(local)
-        # assignments first: after a restart they hold only their prior (no data), and
-        # once more at the end, so that the globals see assignments fitted to the final
-        # local parameters
-        self.order = assign + [n for n in local if n not in assign]
-        self.last = assign if len(self.order) > len(assign) else []
-        coupled = any(model.latent_neighbours(n) & set(local) for n in local)
-        self.iters = iters if coupled else 1
-        self.tol = tol
-        self.restart = restart
+        self.iters, self.tol, self.restart = iters, tol, restart
         self.local_sweeps = []  # local sweeps run in each fit sweep
 
     def sweep(self, it, update):
         if it == 1:  # the globals' first update sees the initial responsibilities
             for g in self.globals:
                 update(g, it)
-        if self.restart:
-            for n in self.local:
-                reset_to_prior(n)
-        for k in range(1, self.iters + 1):
-            before = [n.nat for n in self.watch]
-            for n in self.order:
-                update(n, it)
-            if self.iters > 1:
-                change = max(float(np.mean(np.abs(a - b))) for n, old in zip(self.watch, before)
-                             for a, b in zip(n.nat, old))
-                if change < self.tol:
-                    break
-        for n in self.last:
-            update(n, it)
+        k = fit_locals(self.model, self.local, self.iters, self.tol, self.restart,
+                       lambda n: update(n, it))
         self.local_sweeps.append(k)
         for g in self.globals:
             update(g, it)
