@@ -113,6 +113,7 @@ class GatheredSoftmax:
         hit = self.memo.get(("gather", j))
         if hit is not None and hit[0] is T and hit[1] is r:
             return hit[2]
+        self.memo.pop(("gather", j), None)  # free the stale (n, K) array before the new one
         G = np.take(self._exp[j][0], r, axis=0)
         self.memo[("gather", j)] = (T, r, G)
         return G
