@@ -142,3 +142,20 @@ def test_factored_mixture_weights_equal_the_dense_path(monkeypatch):
     f2 = m2.fit("vmp", max_iter=15, tol=0, seed=1)
     np.testing.assert_allclose(f1.elbo_trace, f2.elbo_trace, rtol=1e-12)
     np.testing.assert_allclose(m1["z"].posterior.mean, m2["z"].posterior.mean, rtol=1e-10, atol=1e-14)
+
+
+def test_factored_svi_lda_equals_the_dense_path(monkeypatch):
+    """SVI's minibatch local passes through the factored path equal the dense ones."""
+    def run():
+        m = _lda(seed=5, D=80)
+        f = m.fit("svi", batch_over="theta", batch_size=20, max_steps=8, seed=2, init="random",
+                  warmup=2)
+        return m, f
+    m1, f1 = run()
+    _dense(monkeypatch)
+    m2, f2 = run()
+    np.testing.assert_allclose(f1.elbo_trace, f2.elbo_trace, rtol=1e-10)
+    for name in ("theta", "phi", "z"):
+        np.testing.assert_allclose(m1[name].posterior.mean, m2[name].posterior.mean, rtol=1e-9,
+                                   atol=1e-13)
+

@@ -326,7 +326,7 @@ class Stochastic(Node):
     def moments(self):
         if self.observed:
             return self._observed_moments()
-        if self._moments is None and getattr(self, "_factored", None) is not None:
+        if self._moments is None and not self.point and getattr(self, "_factored", None) is not None:
             self._moments = (self._factored.p,)
         if self._moments is None:
             if self.nat is None:
@@ -399,7 +399,7 @@ class Stochastic(Node):
         u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
         q = getattr(self, "_factored", None)
-        if q is not None and hasattr(self.factor, "factored_message"):
+        if q is not None and not self.point and hasattr(self.factor, "factored_message"):
             slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
             if m is not None:
