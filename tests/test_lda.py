@@ -267,3 +267,105 @@ def test_lda_memory_is_O_nnz_K():
     assert peak < 15 * unit + 4 * Kb * Vb * 8, f"peak {peak / 2**20:.0f} MiB = {peak / unit:.1f} x nnz*K*8"
     assert phi.posterior.params["alpha"].shape == (Kb, Vb)
     np.testing.assert_allclose(phi.posterior.params["alpha"].sum(), Kb * Vb * 0.01 + cnt.sum())
+
+
+# ---- fit("vmp", local_iters=...): batch VB with local iterations -------------------------
+def batch_vb_local(doc, word, cnt, r0, passes, local_iters, local_tol, restart=True,
+                   n_docs=N_DOCS, n_words=V, alpha=ALPHA, eta=ETA):
+    """Hand-written batch VB-LDA as scikit-learn schedules it (Hoffman, Blei & Bach 2010):
+    lambda from the initial responsibilities; then each pass gamma from a uniform start
+    (restart) or the last pass (warm), fixed-point iterations gamma <- alpha + sum_n cnt r
+    with r = softmax(E log theta[doc] + E log beta[:, word]) until the mean change of gamma
+    is below local_tol, then r and lambda."""
+    Kt = r0.shape[1]
+    lam = eta + np.zeros((Kt, n_words))
+    np.add.at(lam.T, word, cnt[:, None] * r0)
+    gamma = np.ones((n_docs, Kt))
+
+    def resp(gamma, lam):
+        logr = elog_dir(gamma)[doc] + elog_dir(lam)[:, word].T
+        return np.exp(logr - logsumexp(logr, axis=1, keepdims=True))
+
+    trace, sweeps = [], []
+    for _ in range(passes):
+        if restart:
+            gamma = np.ones((n_docs, Kt))
+        for k in range(1, local_iters + 1):
+            r = resp(gamma, lam)
+            new = alpha + np.zeros((n_docs, Kt))
+            np.add.at(new, doc, cnt[:, None] * r)
+            change = np.mean(np.abs(new - gamma))
+            gamma = new
+            if change < local_tol:
+                break
+        sweeps.append(k)
+        r = resp(gamma, lam)
+        lam = eta + np.zeros((Kt, n_words))
+        np.add.at(lam.T, word, cnt[:, None] * r)
+        trace.append(explicit_elbo(doc, word, cnt, gamma, lam, r, alpha, eta))
+    return gamma, lam, r, np.array(trace), sweeps
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_lda_local_iterations_equal_hand_written_batch_vb(corpus, restart):
+    doc, word, cnt = corpus["doc"], corpus["word"], corpus["cnt"]
+    r0 = np.random.default_rng(0).dirichlet(np.ones(K), size=(len(doc),))
+    passes, iters, ltol = 5, 40, 1e-3
+    model, theta, phi, z = build_lda(doc, word, cnt)
+    fit = model.fit("vmp", max_iter=passes, tol=0, seed=0, local_iters=iters, local_tol=ltol,
+                    local_restart=restart)
+    gamma, lam, r, trace, sweeps = batch_vb_local(doc, word, cnt, r0, passes, iters, ltol, restart)
+    assert max(sweeps) > 3  # the local block iterates
+    np.testing.assert_allclose(theta.posterior.params["alpha"], gamma, rtol=1e-10)
+    np.testing.assert_allclose(phi.posterior.params["alpha"], lam, rtol=1e-10)
+    np.testing.assert_allclose(z.posterior.mean, r, rtol=1e-8, atol=1e-13)
+    # the reported ELBO is the explicit one at the same (gamma, lambda, r) after each pass
+    np.testing.assert_allclose(fit.elbo_trace, trace, rtol=1e-10)
+
+
+def test_lda_local_iterations_without_restart_never_lower_the_elbo(corpus):
+    model, *_ = build_lda(corpus["doc"], corpus["word"], corpus["cnt"])
+    fit = model.fit("vmp", max_iter=30, tol=0, seed=1, local_iters=50, local_restart=False)
+    assert_monotone(fit.elbo_trace)
+
+
+def test_lda_local_iterations_reach_the_plain_vmp_bound(corpus, lda_fit):
+    """With restarts the bound may dip between passes, but the run ends at an optimum
+    of the same objective, as good as plain VMP's here."""
+    model, *_ = build_lda(corpus["doc"], corpus["word"], corpus["cnt"])
+    fit = model.fit("vmp", max_iter=300, tol=1e-9, seed=0, local_iters=100)
+    assert fit.converged
+    assert fit.elbo > lda_fit[0].elbo - 1e-4 * abs(lda_fit[0].elbo)
+
+
+@pytest.mark.parametrize("kw, err, text", [
+    (dict(local_iters=0), ValueError, "local_iters must be an integer >= 1"),
+    (dict(local_iters=2.5), ValueError, "local_iters must be an integer >= 1"),
+    (dict(local_iters=5, local_tol=-1.0), ValueError, "local_tol must be >= 0"),
+    (dict(local_tol=1e-3), TypeError, "go with local_iters"),
+    (dict(local_restart=False), TypeError, "go with local_iters"),
+])
+def test_local_iteration_options_are_checked(corpus, kw, err, text):
+    model, *_ = build_lda(corpus["doc"], corpus["word"], corpus["cnt"])
+    with pytest.raises(err, match=text):
+        model.fit("vmp", max_iter=2, **kw)
+
+
+def test_local_iterations_need_a_local_node_and_an_iterative_method():
+    p = bg.Beta(2.0, 3.0, name="p")
+    x = bg.Bernoulli(p, plates=(20,), name="x").observe(np.arange(20) % 2)
+    with pytest.raises(ValueError, match="no latent node lies on the data axis"):
+        bg.Model(x).fit("vmp", local_iters=5)
+    with pytest.raises(ValueError, match="one exact update"):
+        bg.Model(x).fit("conjugate", local_iters=5)
+    with pytest.raises(TypeError, match="local_restart= is an option of the full-batch"):
+        bg.Model(x).fit("svi", local_restart=False)
+
+
+def test_diffuse_init_draws_dirichlet_10_responsibilities(corpus):
+    doc, word, cnt = corpus["doc"], corpus["word"], corpus["cnt"]
+    r0 = np.random.default_rng(7).dirichlet(np.full(K, 10.0), size=(len(doc),))
+    model, theta, phi, z = build_lda(doc, word, cnt)
+    model.fit("vmp", max_iter=3, tol=0, seed=7, init="diffuse", local_iters=20)
+    _, lam, _, _, _ = batch_vb_local(doc, word, cnt, r0, 3, 20, 1e-3)
+    np.testing.assert_allclose(phi.posterior.params["alpha"], lam, rtol=1e-10)

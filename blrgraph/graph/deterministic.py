@@ -59,6 +59,10 @@ class Gather(Deterministic):
         return out
 
     def backward(self, msg, parent):
+        if len(msg) == 1 and hasattr(msg[0], "scatter") and self.idx.ndim == 1:
+            out = msg[0].scatter(self.idx, self.source.plates[0])  # factored: no entries x K
+            if out is not None:
+                return (out,)
         return tuple(self._scatter(np.broadcast_to(m, self.plates + np.shape(m)[len(self.plates):]),
                                    self.idx.ndim) for m in msg)
 

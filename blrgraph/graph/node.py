@@ -7,9 +7,11 @@ A node publishes *moments*: the mean parameters E[T(x)] of the family named by
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 
+from ..families.gathered import GatheredSoftmax, gathered_sum
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -59,6 +61,57 @@ class Constant(Node):
 
     def moments(self):
         return self._moments
+
+
+class _LazyMoments(Sequence):
+    """The parents' moment tuples, each computed when first read."""
+
+    def __init__(self, parents):
+        self._parents = parents
+        self._moments = [None] * len(parents)
+
+    def __len__(self):
+        return len(self._parents)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if self._moments[i] is None:
+            self._moments[i] = self._parents[i].moments()
+        return self._moments[i]
+
+
+class FactoredMessage:
+    """The message w_n p_n of a factored Categorical q (families/gathered.py) to a
+    gather of its table rows: the gather scatters it without building it
+    (:meth:`scatter`); anything else reads it as the dense (n, K) array."""
+
+    __array_priority__ = 100
+
+    def __init__(self, q, weights):
+        self.q = q
+        self.weights = weights
+
+    def dense(self):
+        p = self.q.p
+        return p if self.weights is None else np.asarray(self.weights)[:, None] * p
+
+    def scatter(self, idx, n_out):
+        return self.q.scatter(idx, self.weights, n_out)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.dense()
+        return a if dtype is None else a.astype(dtype)
+
+    def __add__(self, other):
+        return self.dense() + np.asarray(other)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        return self.dense() * np.asarray(other)
+
+    __rmul__ = __mul__
 
 
 class ChildData:
@@ -274,6 +327,8 @@ class Stochastic(Node):
     def moments(self):
         if self.observed:
             return self._observed_moments()
+        if self._moments is None and not self.point and getattr(self, "_factored", None) is not None:
+            self._moments = (self._factored.p,)
         if self._moments is None:
             if self.nat is None:
                 self.set_natural(self.prior_natural())
@@ -283,9 +338,41 @@ class Stochastic(Node):
                 self._moments = self.family.mean_params(self.nat)
         return self._moments
 
+    # q's natural parameters: an array tuple, or (after :meth:`set_natural_terms`) built
+    # from their factored form on first read
+    @property
+    def nat(self):
+        if self._nat is None and getattr(self, "_factored", None) is not None:
+            self._nat = (self._factored.lam().reshape(self.plates + (-1,)),)
+        return self._nat
+
+    @nat.setter
+    def nat(self, value):
+        self._nat = value
+        self._factored = None
+
     def set_natural(self, nat):
         self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
         self._moments = None
+
+    def set_natural_terms(self, tables, rows):
+        """A Categorical q whose natural parameter is a sum of gathered tables,
+        lam[n] = sum_j tables[j][rows[j][n]] (one plate axis): its moments come from
+        the factored softmax (:func:`~blrgraph.families.gathered.gathered_softmax`),
+        which exponentiates only the tables; the dense lam is built only if read."""
+        memo = self.__dict__.setdefault("_gather_memo", {})
+        q = GatheredSoftmax(tables, rows, self.plates[0], memo=memo)
+        self.nat = None
+        self._factored = q
+        self._moments = None  # p is built when first read (a gather's scatter needs none)
+
+    def entropy(self):
+        """H[q] per plate entry (for a factored Categorical, log Z - <p, lam>, which
+        needs no log of p)."""
+        q = getattr(self, "_factored", None)
+        if q is not None:
+            return q.log_partition - np.einsum("nk,nk->n", self.moments()[0], self.nat[0])
+        return self.family.entropy(self.nat)
 
     @property
     def posterior(self):
@@ -310,15 +397,32 @@ class Stochastic(Node):
     def message_to(self, parent):
         """Sum of this node's messages to ``parent`` (over every slot it fills),
         reduced to ``parent.plates``, in the parent's T coordinates."""
-        u = [p.moments() for p in self.factor.parents]
-        x = self.child_data()
+        u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
+        q = getattr(self, "_factored", None)
+        if q is not None and not self.point and hasattr(self.factor, "factored_message"):
+            slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
+            m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
+            if m is not None:
+                return m
+        x = self.child_data()
         total = None
         for i, p in enumerate(self.factor.parents):
             if p is parent:
                 m = self.factor.message(i, x, u, w, parent.plates)
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
         return total
+
+    def message_terms_to(self, parent):
+        """This node's message to ``parent`` as gathered tables (tables, rows) (see
+        :meth:`set_natural_terms`), or None when its factor cannot give it so."""
+        f = self.factor
+        slots = [i for i, p in enumerate(f.parents) if p is parent]
+        if not hasattr(f, "message_terms") or len(slots) != 1:
+            return None
+        u = _LazyMoments(f.parents)
+        return f.message_terms(slots[0], self.child_data(), u, self.message_weight(parent),
+                               parent.plates)
 
     def prior_natural(self):
         u = [p.moments() for p in self.factor.parents]
@@ -336,7 +440,7 @@ class Stochastic(Node):
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
         if not self.observed and not self.point:
-            total += _weighted_sum(self.family.entropy(self.nat), w, self.plates)
+            total += _weighted_sum(self.entropy(), w, self.plates)
         return total
 
 

@@ -44,11 +44,52 @@ def blr_target(model, node, scale=None):
     return target
 
 
+def target_terms(model, node):
+    """The coordinate-ascent target of a Categorical node as gathered tables
+    (tables, rows), lam[n] = sum_j tables[j][rows[j][n]], when its prior and every
+    child's message are rows of small tables (LDA's z: E log theta[doc] +
+    E log phi[:, word]); None otherwise (then the dense target is used)."""
+    if type(node.family).__name__ != "Categorical" or len(node.plates) != 1 or node.point:
+        return None
+    prior = getattr(node.factor, "prior_terms", None)
+    terms = None if prior is None else prior()
+    if terms is None:
+        return None
+    tables, rows = list(terms[0]), list(terms[1])
+    for c in model.children[node]:
+        t = None if c.deterministic else c.message_terms_to(node)
+        if t is None:
+            return None
+        tables += t[0]
+        rows += t[1]
+    if not all(np.all(np.isfinite(T)) for T in tables):
+        return None  # the dense path names the problem
+    return tables, rows
+
+
+def reset_to_prior(node):
+    """q of ``node`` back to its prior (given its parents' current moments); a
+    Categorical whose prior is a gathered table stays in factored form."""
+    if type(node.family).__name__ == "Categorical" and len(node.plates) == 1 and not node.point:
+        terms = getattr(node.factor, "prior_terms", lambda: None)()
+        if terms is not None and all(np.all(np.isfinite(T)) for T in terms[0]):
+            node.set_natural_terms(*terms)
+            return
+    node.set_natural(node.prior_natural())
+
+
 def blr_step(model, node, rho=1.0, iteration=None, scale=None):
     """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
     of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
     M-step). With rho < 1 (SVI, damping) a point mass averages those natural
-    parameters, i.e. its expected sufficient statistics: online EM (MATH.md §5)."""
+    parameters, i.e. its expected sufficient statistics: online EM (MATH.md §5).
+    A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
+    is updated in that factored form (the same q, without an entries x K exp)."""
+    if rho == 1.0 and scale is None:
+        terms = target_terms(model, node)
+        if terms is not None:
+            node.set_natural_terms(*terms)
+            return node._nat
     target = blr_target(model, node, scale)
     if rho == 1.0:
         new = target

@@ -6,7 +6,7 @@ import numpy as np
 from ..graph.deterministic import Gather
 from ..graph.factors.mixture import MixtureFactor
 from ..graph.node import Constant, Node
-from .blr import blr_step
+from .blr import blr_step, reset_to_prior
 from .elbo import elbo
 from .methods import get_method
 from .result import FitResult
@@ -100,7 +100,10 @@ def _is_assignment(model, n):
                for c in model.children[n] if c.stochastic)
 
 
-INITS = ("random", "kmeans++")
+INITS = ("random", "kmeans++", "diffuse")
+
+#: Dirichlet concentration of the responsibilities drawn by init="diffuse"
+DIFFUSE = 10.0
 
 
 def initialize(model, rng, init="random", strict=True):
@@ -132,6 +135,8 @@ def start_assignment(model, z, rng, init):
     K = z.nat[0].shape[-1]
     if init == "kmeans++":
         r = _kmeanspp_responsibilities(model, z, K, rng)
+    elif init == "diffuse":
+        r = rng.dirichlet(np.full(K, DIFFUSE), size=z.plates)
     else:
         r = rng.dirichlet(np.ones(K), size=z.plates)
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
@@ -240,7 +245,8 @@ def _stochastic_children(model, node):
 
 
 def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=None,
-        progress=False, point=None, rho=None, init=None, **options):
+        progress=False, point=None, rho=None, init=None, local_iters=None, local_tol=None,
+        local_restart=None, **options):
     """Fit ``model`` by ``method`` ("conjugate", "vmp", "ncvmp", "em", "svi").
 
     Parameters
@@ -253,7 +259,9 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     point : list of nodes or names that are point masses (MAP, delta method); for
         "em" the default is every latent node without the data axis (the parameters).
     rho : float, step size (damping) for nodes with non-conjugate messages.
-    init : "random" (Dirichlet(1) responsibilities) or "kmeans++" (one-hot
+    init : "random" (Dirichlet(1) responsibilities), "diffuse" (Dirichlet(10): close
+        to uniform, so the components start nearly equal and the data pull them apart;
+        the LDA zoo's default, measured in docs/benchmarks.md) or "kmeans++" (one-hot
         responsibilities to k-means++ seeds): how mixture assignments start. The
         default (None) is the method's: "kmeans++" for "em" (falling back to random
         for an assignment it cannot seed; measured in docs/em.md), "random" for the
@@ -270,11 +278,17 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     cfg = get_method(method)
     if cfg.stochastic:
         from .svi import fit_svi
+        local = {k: v for k, v in (("local_iters", local_iters), ("local_tol", local_tol))
+                 if v is not None}
+        if local_restart is not None:
+            raise TypeError("fit('svi') always starts a minibatch's local nodes from their "
+                            "priors; local_restart= is an option of the full-batch methods")
         return fit_svi(model, cfg, max_iter=max_iter, tol=tol, seed=seed, callback=callback,
-                       progress=progress, point=point, rho=rho, init=init, **options)
+                       progress=progress, point=point, rho=rho, init=init, **local, **options)
     if options:
         raise TypeError(f"fit({cfg.name!r}) got unexpected options {sorted(options)}")
     check_method(model, cfg)
+    local_block = _local_block(model, cfg, local_iters, local_tol, local_restart)
     points = set(resolve_points(model, cfg, point))
     for n in model.latent:
         n.point = False  # point masses publish their prior expectations until first updated
@@ -295,16 +309,23 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     bar = _progress(progress, max_iter, cfg.name)
     it = 0
     try:
+        def update(n, it):
+            blr_step(model, n, rhos[n], iteration=it)
+            if it == 1 and n in points:  # a point from its first update on; until then
+                n.point = True           # it published its prior expectations
+            if n.point:
+                check_point(n, it)
+
         for it in range(1, max_iter + 1):
             while True:
                 damping.save()
                 try:
-                    for n in (first_sweep_order(model, model.schedule) if it == 1 else model.schedule):
-                        blr_step(model, n, rhos[n], iteration=it)
-                        if it == 1 and n in points:  # a point from its first update on; until then
-                            n.point = True           # it published its prior expectations
-                        if n.point:
-                            check_point(n, it)
+                    if local_block is None:
+                        for n in (first_sweep_order(model, model.schedule) if it == 1
+                                  else model.schedule):
+                            update(n, it)
+                    else:
+                        local_block.sweep(it, update)
                     L = elbo(model)
                 except FloatingPointError as err:
                     if not damping.active:
@@ -397,6 +418,90 @@ class _Damping:
         for n in self.nodes:
             self.rhos[n] = min(self.rho0[n], 2.0 * self.rhos[n])
         return True
+
+
+def local_order(model, local):
+    """(order, watched, last) of a local block: mixture assignments first (after a
+    restart they hold only their prior, no data), the other local nodes after them
+    (their natural parameters are watched for convergence; all nodes if there are no
+    others), and the assignments once more at the end, so that the global nodes see
+    assignments fitted to the final local parameters."""
+    assign = [n for n in local if _is_assignment(model, n)]
+    others = [n for n in local if n not in assign]
+    return assign + others, others or list(local), (assign if others else [])
+
+
+def fit_locals(model, local, iters, tol, restart, update):
+    """Fit the ``local`` nodes to the current global ones: from their priors if
+    ``restart``, sweeps of ``update(node)`` (:func:`local_order`) until the mean
+    absolute change of the watched natural parameters is below ``tol``, at most
+    ``iters`` sweeps (one when no local node depends on another). Returns the number
+    of sweeps."""
+    order, watch, last = local_order(model, local)
+    if not any(model.latent_neighbours(n) & set(local) for n in local):
+        iters = 1
+    if restart:
+        for n in local:
+            reset_to_prior(n)
+    k = 0
+    for k in range(1, iters + 1):
+        before = [n.nat for n in watch]
+        for n in order:
+            update(n)
+        if iters > 1:
+            change = max(float(np.mean(np.abs(a - b))) for n, old in zip(watch, before)
+                         for a, b in zip(n.nat, old))
+            if change < tol:
+                break
+    for n in last:
+        update(n)
+    return k
+
+
+class LocalBlock:
+    """fit(local_iters=...): the local nodes fitted to the globals, then the globals."""
+
+    def __init__(self, model, local, iters, tol, restart):
+        self.model = model
+        self.local = local
+        self.globals = [n for n in model.schedule if n not in local]
+        self.iters, self.tol, self.restart = iters, tol, restart
+        self.local_sweeps = []  # local sweeps run in each fit sweep
+
+    def sweep(self, it, update):
+        if it == 1:  # the globals' first update sees the initial responsibilities
+            for g in self.globals:
+                update(g, it)
+        k = fit_locals(self.model, self.local, self.iters, self.tol, self.restart,
+                       lambda n: update(n, it))
+        self.local_sweeps.append(k)
+        for g in self.globals:
+            update(g, it)
+
+
+def _local_block(model, cfg, iters, tol, restart):
+    """The local-iteration schedule of ``fit(local_iters=...)``, or None."""
+    if iters is None:
+        if tol is not None or restart is not None:
+            raise TypeError(f"fit({cfg.name!r}): local_tol= and local_restart= go with "
+                            f"local_iters= (local sweeps per sweep)")
+        return None
+    if cfg.one_pass:
+        raise ValueError(f"fit({cfg.name!r}) is one exact update; local_iters= is an option of "
+                         f"the iterative methods ('vmp', 'ncvmp', 'em')")
+    if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or iters < 1:
+        raise ValueError(f"fit({cfg.name!r}): local_iters must be an integer >= 1, got {iters!r}")
+    tol = 1e-3 if tol is None else float(tol)
+    if not tol >= 0:
+        raise ValueError(f"fit({cfg.name!r}): local_tol must be >= 0, got {tol!r}")
+    restart = True if restart is None else bool(restart)
+    dl = data_local(model)
+    local = [n for n in model.schedule if n in dl]
+    if not local:
+        raise ValueError(f"fit({cfg.name!r}, local_iters=...): no latent node lies on the data "
+                         f"axis (the first plate axis of the observed nodes), so there is no "
+                         f"local block to iterate; drop local_iters")
+    return LocalBlock(model, local, int(iters), tol, restart)
 
 
 def check_point(node, it):

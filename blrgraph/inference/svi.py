@@ -15,9 +15,9 @@ import numpy as np
 
 from ..graph.deterministic import Dot, Gather
 from ..graph.plates import Scatter
-from .blr import blr_step
-from .fit import (INITS, _is_assignment, _progress, check_method, check_point, resolve_points,
-                  start_assignment)
+from .blr import blr_step, reset_to_prior
+from .fit import (INITS, _is_assignment, _progress, check_method, check_point, fit_locals,
+                  resolve_points, start_assignment)
 from .result import FitResult
 
 
@@ -162,28 +162,23 @@ def robbins_monro(t, tau, kappa):
 
 
 def _local_pass(model, axis, first_step, rng, local_iters, local_tol, reset=True, init="random"):
-    """Local nodes at rho = 1 until their mean parameters settle (or one sweep when
-    no local node depends on another)."""
+    """Local nodes at rho = 1 fitted to the globals (:func:`~blrgraph.inference.fit.fit_locals`:
+    until their natural parameters settle). On the first minibatch the mixture
+    assignments start at ``init`` and the other local nodes are updated once from them
+    (the first global step then sees the starting responsibilities)."""
     nodes = axis.local_latent
-    if reset:
-        for n in nodes:
-            n.set_natural(n.prior_natural())
-    assign = [n for n in nodes if _is_assignment(model, n)]
     if first_step:
+        if reset:
+            for n in nodes:
+                reset_to_prior(n)
+        assign = [n for n in nodes if _is_assignment(model, n)]
         for n in assign:
             start_assignment(model, n, rng, init)
-    sweep = [n for n in nodes if not (first_step and n in assign)]
-    coupled = any(model.latent_neighbours(n) & set(nodes) for n in nodes)
-    iters = local_iters if coupled else 1
-    for _ in range(iters):
-        before = [n.moments() for n in sweep]
-        for n in sweep:
-            blr_step(model, n, 1.0)
-        if iters > 1:
-            change = max((np.mean(np.abs(a - b)) for n, old in zip(sweep, before)
-                          for a, b in zip(n.moments(), old)), default=0.0)
-            if change < local_tol:
-                break
+        for n in nodes:
+            if n not in assign:
+                blr_step(model, n, 1.0)
+        return
+    fit_locals(model, nodes, local_iters, local_tol, reset, lambda n: blr_step(model, n, 1.0))
 
 
 def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, progress=False,
@@ -197,12 +192,14 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
     tau, kappa : rho_t = (t + tau)^-kappa for global nodes, kappa in (0.5, 1].
     batch_over : node (or name) whose first plate axis is the data axis.
     resume : continue a fit saved with ``model.save`` / restored with ``model.load``.
-    init : "kmeans++" (default) or "random": the first minibatch's mixture responsibilities.
+    init : "kmeans++" (default), "random" or "diffuse": the first minibatch's mixture responsibilities.
     warmup : on the first minibatch, alternate local and global updates (rho = 1)
         this many times before the Robbins-Monro steps: VMP on one minibatch,
         which separates mixture components early.
-    local_iters, local_tol : local updates per minibatch stop when the mean absolute
-        change of the local nodes' mean parameters is below local_tol.
+    local_iters, local_tol : local sweeps per minibatch stop when the mean absolute
+        change of the local nodes' natural parameters is below local_tol (those of the
+        local nodes that are not mixture assignments, if any: for LDA the change of
+        theta's concentrations, scikit-learn's ``mean_change_tol``).
     """
     check_method(model, cfg)
     init = "kmeans++" if init is None else init

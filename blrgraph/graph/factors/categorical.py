@@ -7,6 +7,7 @@ the message to p a bincount, so memory is O(entries x K), not O(entries x V).
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import gammaln
 
 from ..plates import broadcast_plates, wsum
@@ -60,7 +61,11 @@ class CategoricalFactor(Conditional):
     """z ~ Categorical(p): lam = E[log p] (overcomplete log-potentials), A = 0."""
 
     def n_categories(self):
-        return self.parents[0].moments()[0].shape[-1]
+        from ..deterministic import Gather
+        p = self.parents[0]
+        if isinstance(p, Gather):  # the source has the same K, without gathering
+            p = p.source
+        return p.moments()[0].shape[-1]
 
     def prior_natural(self, u):
         (lp,), = u
@@ -78,9 +83,72 @@ class CategoricalFactor(Conditional):
     def message(self, i, x, u, w, target):
         K = self.n_categories()
         if x.value is not None:
+            fast = self._component_counts(x.value, w, K, target)
+            if fast is not None:
+                return (fast,)
             return (scatter_last(w, x.value, K, target, x.plates),)
-        return (wsum(w, x.moments[0], subs=("A",), out="A", target_plates=target,
-                     full_plates=x.plates),)
+        r = x.moments[0]
+        if tuple(target) == x.plates and np.shape(r) == x.plates + (K,):
+            return (r if w is None else np.asarray(w)[..., None] * r,)  # nothing to sum
+        return (wsum(w, r, subs=("A",), out="A", target_plates=target, full_plates=x.plates),)
+
+    def factored_message(self, slots, q, w, target):
+        """The message to p (its gradient, w_n E[onehot z_n]) of a z whose q is a
+        factored Categorical (families/gathered.py), kept factored for a gather to
+        scatter (graph/node.py FactoredMessage); None when it must be reduced here."""
+        from ..node import FactoredMessage
+        if tuple(target) != self.node.plates or (w is not None and np.shape(w) != tuple(target)):
+            return None
+        return (FactoredMessage(q, w),)
+
+    def _component_counts(self, labels, w, K, target):
+        """The message of a mixture of Categoricals to its (C, K) parameters:
+        counts[c, k] = sum_n w[n, c] [labels_n = k], labels (n, 1), w (n, C), as one
+        sparse product with the (K, n) one-hot matrix of the labels (kept while the
+        labels are the same array). None when the shapes are not that."""
+        if np.ndim(labels) != 2 or np.shape(labels)[1] != 1 or np.ndim(w) != 2 \
+                or len(target) != 1 or np.shape(w) != (np.shape(labels)[0], target[0]):
+            return None
+        key = labels if labels.base is None else labels.base
+        memo = getattr(self, "_onehot", None)
+        if memo is None or memo[0] is not key:
+            n = labels.shape[0]
+            onehot = sp.csr_matrix((np.ones(n), (labels[:, 0], np.arange(n))), shape=(K, n))
+            memo = self._onehot = (key, onehot)
+        return np.ascontiguousarray((memo[1] @ w).T)
+
+    # ---- gathered tables (families/gathered.py) ------------------------------------
+    def prior_terms(self):
+        """The child's prior natural parameter E[log p] as gathered tables
+        ([table], [rows]) when its entries are rows of a small table: p = source[idx]
+        (a gather, as theta[doc_ids] in LDA) or p shared by every entry. None otherwise."""
+        from ..deterministic import Gather
+        p, plates = self.parents[0], self.node.plates
+        if len(plates) != 1:
+            return None
+        if isinstance(p, Gather):
+            src = p.source
+            if p.idx.ndim != 1 or len(src.plates) != 1 or p.plates != plates:
+                return None
+            lp = src.moments()[0]
+            return [np.broadcast_to(lp, src.plates + lp.shape[-1:])], [p.idx]
+        lp = p.moments()[0]
+        if all(s == 1 for s in p.plates):
+            return [np.reshape(lp, (1, -1))], [None]
+        return None
+
+    def loglik_terms(self, x, u, plates):
+        """E[log p(x | p_k)] of observed labels x for every component k, as a gathered
+        table ([E[log p]^T (V x K)], [labels]), when the K components are the only plate
+        axis of p and the labels have the mixture's (one-axis) plates. None otherwise."""
+        (lp,), = u
+        if x.value is None or np.ndim(lp) != 2 or np.shape(x.value) != tuple(plates) \
+                or len(plates) != 1:
+            return None
+        memo = getattr(self, "_transposed", None)
+        if memo is None or memo[0] is not lp:  # one (transposed) table per change of p
+            memo = self._transposed = (lp, lp.T)
+        return [memo[1]], [x.value]
 
 
 class MultinomialFactor(Conditional):

@@ -226,3 +226,12 @@ class MixtureFactor(Conditional):
         wr = r if w is None else np.asarray(w)[..., None] * r
         xe = x.expand(self.node.family.event_ndims)
         return self.component.message(i - 1, xe, ucomp, wr, target)
+
+    def message_terms(self, i, x, u, w, target):
+        """The message to z as gathered tables (families/gathered.py), when the
+        component can give its log-likelihoods so (a Categorical of observed labels:
+        LDA's words) and no mask weights them; None otherwise."""
+        terms = getattr(self.component, "loglik_terms", None)
+        if i != 0 or w is not None or terms is None or tuple(target) != self.node.plates:
+            return None
+        return terms(x, u[1:], self.node.plates)  # (not z's moments: u[0])

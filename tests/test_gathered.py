@@ -1,0 +1,161 @@
+"""The factored Categorical update (families/gathered.py, inference/blr.py:target_terms):
+softmax of a sum of gathered tables equals the dense softmax, also for rows whose
+product underflows; a model updated through it (LDA's z, a mixture's z with shared
+weights) runs exactly as the dense path, sweep for sweep."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp, softmax
+
+import blrgraph as bg
+from blrgraph.families.gathered import GatheredSoftmax, gathered_softmax, gathered_sum
+from blrgraph.graph.factors.categorical import scatter_last
+from blrgraph.inference import blr
+
+
+def test_gathered_softmax_equals_dense_softmax():
+    rng = np.random.default_rng(0)
+    n, K = 500, 7
+    T1, T2, T3 = rng.normal(size=(40, K)) * 5, rng.normal(size=(30, K)) * 3, rng.normal(size=(1, K))
+    r1, r2 = rng.integers(0, 40, n), rng.integers(0, 30, n)
+    lam = T1[r1] + T2[r2] + T3
+    memo = {}
+    for _ in range(2):  # the second call reuses the memo
+        p, logz = gathered_softmax([T1, T2, T3], [r1, r2, None], n, memo=memo)
+        np.testing.assert_allclose(p, softmax(lam, axis=1), rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(logz, logsumexp(lam, axis=1), rtol=1e-13)
+    np.testing.assert_allclose(gathered_sum([T1, T2, T3], [r1, r2, None], n), lam, rtol=1e-14)
+
+
+def test_gathered_softmax_rows_that_underflow_fall_back_to_log_space():
+    """Tables whose row maxima sit at different categories: the product of the shifted
+    exponentials underflows (to 0) for some rows; those are recomputed exactly."""
+    K = 3
+    T1 = np.array([[0.0, -400.0, -800.0], [0.0, 0.0, 0.0]])
+    T2 = np.array([[-800.0, -400.0, 0.0], [-1.0, -2.0, -3.0]])
+    r1, r2 = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    lam = T1[r1] + T2[r2]
+    p, logz = gathered_softmax([T1, T2], [r1, r2], 4)
+    np.testing.assert_allclose(p, softmax(lam, axis=1), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(logz, logsumexp(lam, axis=1), rtol=1e-13, atol=1e-13)
+    assert np.all(np.isfinite(p)) and np.allclose(p.sum(1), 1.0)
+
+
+@pytest.mark.parametrize("case", ["two", "shared", "three", "one", "underflow"])
+def test_scatter_of_the_factored_softmax_equals_the_dense_sums(case):
+    """sum over the entries sharing a row of one table of w_n p_n, by the sparse product,
+    equals the same sum of the dense softmax (also for rows computed in log space)."""
+    rng = np.random.default_rng(2)
+    n, K, R1, R2 = 400, 5, 30, 20
+    T1, T2 = rng.normal(size=(R1, K)) * 3, rng.normal(size=(R2, K)) * 3
+    r1, r2 = rng.integers(0, R1, n), rng.integers(0, R2, n)
+    if case == "underflow":
+        T1[:5] = [0, -900, -900, -900, -900]
+        T2[:5] = [-900, 0, 0, 0, 0]
+        r1[:40], r2[:40] = rng.integers(0, 5, 40), rng.integers(0, 5, 40)
+    tables, rows = {"two": ([T1, T2], [r1, r2]), "underflow": ([T1, T2], [r1, r2]),
+                    "shared": ([T1, T2[:1]], [r1, None]),
+                    "three": ([T1, T2, T2[::-1]], [r1, r2, r2[::-1].copy()]),
+                    "one": ([T1], [r1])}[case]
+    lam = gathered_sum(tables, rows, n)
+    p = softmax(lam, axis=1)
+    w = rng.random(n)
+    q = GatheredSoftmax(tables, rows, n, memo={})
+    if case == "underflow":
+        assert q.fixed is not None
+    for weights in (w, None):
+        ww = np.ones(n) if weights is None else weights
+        expect = np.zeros((R1, K))
+        np.add.at(expect, r1, ww[:, None] * p)
+        np.testing.assert_allclose(q.scatter(r1, weights, R1), expect, rtol=1e-11, atol=1e-300)
+    np.testing.assert_allclose(q.p, p, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(q.log_partition, logsumexp(lam, axis=1), rtol=1e-13, atol=1e-13)
+    assert q.scatter(r1.copy(), w, R1) is None  # not one of its row arrays
+
+
+def test_component_counts_equal_scatter_last():
+    rng = np.random.default_rng(1)
+    n, C, V = 300, 4, 11
+    labels = rng.integers(0, V, (n, 1))
+    w = rng.random((n, C))
+    f = bg.Categorical(np.ones(V) / V, name="c").factor
+    fast = f._component_counts(labels, w, V, (C,))
+    np.testing.assert_allclose(fast, scatter_last(w, labels, V, (C,), (n, 1)), rtol=1e-13)
+    assert f._component_counts(labels, w, V, (2, C)) is None  # other shapes: the general path
+
+
+def _lda(seed=0, D=60, V=25, K=3, masked=False):
+    rng = np.random.default_rng(seed)
+    doc = np.repeat(np.arange(D), 8)
+    word = rng.integers(0, V, doc.size)
+    cnt = rng.integers(1, 4, doc.size).astype(float)
+    theta = bg.Dirichlet(0.3 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], plates=(doc.size,), name="z")
+    mask = (rng.random(doc.size) > 0.1) if masked else None
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=cnt, mask=mask)
+    return bg.Model(y)
+
+
+def _dense(monkeypatch):
+    monkeypatch.setattr(blr, "target_terms", lambda model, node: None)
+
+
+@pytest.mark.parametrize("build", [_lda, lambda: _lda(masked=True)])
+def test_factored_lda_equals_the_dense_path(build, monkeypatch):
+    m1 = build()
+    f1 = m1.fit("vmp", max_iter=25, tol=0, seed=3)
+    _dense(monkeypatch)
+    m2 = build()
+    f2 = m2.fit("vmp", max_iter=25, tol=0, seed=3)
+    np.testing.assert_allclose(f1.elbo_trace, f2.elbo_trace, rtol=1e-12)
+    for name in ("theta", "phi", "z"):
+        np.testing.assert_allclose(m1[name].posterior.mean, m2[name].posterior.mean, rtol=1e-10,
+                                   atol=1e-14)
+        np.testing.assert_allclose(m1[name].posterior.natural[0], m2[name].posterior.natural[0],
+                                   rtol=1e-10, atol=1e-12)
+
+
+def test_factored_path_is_taken_for_lda_and_not_with_a_mask():
+    for masked, taken in ((False, True), (True, False)):
+        m = _lda(masked=masked)
+        m.fit("vmp", max_iter=2, tol=0, seed=0)
+        assert (blr.target_terms(m, m["z"]) is not None) is taken
+
+
+def test_factored_mixture_weights_equal_the_dense_path(monkeypatch):
+    """z ~ Categorical(w) with w shared by every entry (a one-row table) and a mixture
+    of Categoricals over observed labels: the latent class model's shape."""
+    def build():
+        rng = np.random.default_rng(4)
+        w = bg.Dirichlet(np.ones(3), name="w")
+        phi = bg.Dirichlet(0.5 * np.ones(6), plates=(3,), name="phi")
+        z = bg.Categorical(w, plates=(200,), name="z")
+        y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(rng.integers(0, 6, 200))
+        return bg.Model(y)
+    m1 = build()
+    f1 = m1.fit("vmp", max_iter=15, tol=0, seed=1)
+    assert blr.target_terms(m1, m1["z"]) is not None
+    _dense(monkeypatch)
+    m2 = build()
+    f2 = m2.fit("vmp", max_iter=15, tol=0, seed=1)
+    np.testing.assert_allclose(f1.elbo_trace, f2.elbo_trace, rtol=1e-12)
+    np.testing.assert_allclose(m1["z"].posterior.mean, m2["z"].posterior.mean, rtol=1e-10, atol=1e-14)
+
+
+def test_factored_svi_lda_equals_the_dense_path(monkeypatch):
+    """SVI's minibatch local passes through the factored path equal the dense ones."""
+    def run():
+        m = _lda(seed=5, D=80)
+        f = m.fit("svi", batch_over="theta", batch_size=20, max_steps=8, seed=2, init="random",
+                  warmup=2)
+        return m, f
+    m1, f1 = run()
+    _dense(monkeypatch)
+    m2, f2 = run()
+    np.testing.assert_allclose(f1.elbo_trace, f2.elbo_trace, rtol=1e-10)
+    for name in ("theta", "phi", "z"):
+        np.testing.assert_allclose(m1[name].posterior.mean, m2[name].posterior.mean, rtol=1e-9,
+                                   atol=1e-13)
+
