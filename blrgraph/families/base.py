@@ -114,6 +114,14 @@ class ExponentialFamily:
         """argmax of h(x) exp(<lam, T(x)>) (the MAP point used by EM)."""
         raise NotImplementedError
 
+    def point_value(self, nat):
+        """The mode as a value (what data of this family look like)."""
+        return self.mode(nat)
+
+    def point_stats(self, nat):
+        """T at the mode: the moments a point mass (EM) publishes."""
+        return self.suff_stats(self.point_value(nat))
+
     def to_scipy(self, nat):
         """Frozen scipy.stats distribution; with plates, an object array of them."""
         raise NotImplementedError

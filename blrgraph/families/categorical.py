@@ -189,6 +189,13 @@ class Categorical(ExponentialFamily):
         K = eta.shape[-1]
         return (np.argmax(eta, axis=-1)[..., None] == np.arange(K)).astype(float)
 
+    def point_value(self, nat):
+        """The most probable label (values are labels; ``mode`` is its one-hot vector)."""
+        return np.argmax(self._eta(nat), axis=-1)
+
+    def point_stats(self, nat):
+        return (self.mode(nat),)
+
     def to_scipy(self, nat):
         """Frozen ``scipy.stats.rv_discrete`` on the labels 0..K-1."""
         p = self._p(nat)

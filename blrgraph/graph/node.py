@@ -166,7 +166,7 @@ class Posterior:
     def mean_params(self):
         """E[T(x)] (for a point mass: T at the point)."""
         if self.is_point:
-            return self.family.suff_stats(self.point)
+            return self.family.point_stats(self.natural)
         return self.family.mean_params(self.natural)
 
     @property
@@ -311,8 +311,8 @@ class Stochastic(Node):
             return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
                              make_moments=self._observed_moments)
         if self.point:
-            pt = self.family.mode(self.nat)
-            return ChildData(pt, self.family.suff_stats(pt), self.plates, self.family.value_ndim)
+            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
+                             self.plates, self.family.value_ndim)
         return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
 
     def _observed_moments(self):
@@ -333,7 +333,7 @@ class Stochastic(Node):
             if self.nat is None:
                 self.set_natural(self.prior_natural())
             if self.point:
-                self._moments = self.family.suff_stats(self.family.mode(self.nat))
+                self._moments = self.family.point_stats(self.nat)
             else:
                 self._moments = self.family.mean_params(self.nat)
         return self._moments
