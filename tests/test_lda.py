@@ -316,6 +316,7 @@ def test_lda_local_iterations_equal_hand_written_batch_vb(corpus, restart):
                     local_restart=restart)
     gamma, lam, r, trace, sweeps = batch_vb_local(doc, word, cnt, r0, passes, iters, ltol, restart)
     assert max(sweeps) > 3  # the local block iterates
+    assert fit.local_sweeps == sweeps  # and stops where the hand-written loop stops
     np.testing.assert_allclose(theta.posterior.params["alpha"], gamma, rtol=1e-10)
     np.testing.assert_allclose(phi.posterior.params["alpha"], lam, rtol=1e-10)
     np.testing.assert_allclose(z.posterior.mean, r, rtol=1e-8, atol=1e-13)

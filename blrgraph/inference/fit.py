@@ -356,7 +356,8 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
         n.fitted = True
     objective = "em_bound" if points else "elbo"
     res = FitResult(elbo=trace[-1], elbo_trace=np.asarray(trace), n_iter=it, converged=converged,
-                    method=cfg.name, model=model, objective=objective)
+                    method=cfg.name, model=model, objective=objective,
+                    local_sweeps=None if local_block is None else list(local_block.local_sweeps))
     model.fit_result = res
     return res
 

@@ -10,7 +10,8 @@ import numpy as np
 class FitResult:
     """``elbo`` (float; for ``"conjugate"`` the exact log evidence; for ``"em"`` the
     bound on log p(data, points)), ``elbo_trace`` (one value per iteration),
-    ``n_iter``, ``converged``, ``method``."""
+    ``n_iter``, ``converged``, ``method``; with ``fit(local_iters=...)``, ``local_sweeps``
+    lists the local sweeps run in each iteration (how hard the local block worked)."""
 
     elbo: float
     elbo_trace: np.ndarray
@@ -20,6 +21,7 @@ class FitResult:
     model: object = field(repr=False, default=None)
     objective: str = "elbo"
     estimate: bool = False  # SVI: the ELBO is a stochastic estimate
+    local_sweeps: list = field(repr=False, default=None)
 
     def __repr__(self):
         est = " (estimate)" if self.estimate else ""
