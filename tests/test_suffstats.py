@@ -279,7 +279,7 @@ def test_layout_inner_products_and_round_trip(d, n, seed):
             np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-14)
         nat = tuple(r.normal(size=(2,) + np.shape(t)[1:]) for t in T)
         elp = r.normal(size=2)
-        ll = fs.loglik(nat, elp, 2)
+        ll = fs.Phi @ fs.coefficients(nat, elp, (2,)).T
         direct = np.stack([inner(tuple(a[k] for a in nat), T, fam.event_ndims) - elp[k]
                            + fam.log_base_measure(x) for k in range(2)], axis=-1)
         np.testing.assert_allclose(ll, direct, rtol=1e-12, atol=1e-12)
@@ -300,7 +300,7 @@ def test_weighted_means_of_an_empty_component_are_zero():
     fs = FlatStats(MultivariateNormal(), x, (6,))
     W = np.zeros((6, 2))
     W[:, 0] = 0.5
-    tot, means = fs.weighted_means(W)
+    tot, means = fs.layout.means(W.T @ fs.Phi, (2,))
     np.testing.assert_allclose(tot, [3.0, 0.0])
     np.testing.assert_allclose(means[0][0], x.mean(0), rtol=1e-14)
     assert np.all(means[0][1] == 0) and np.all(means[1][1] == 0)

@@ -142,12 +142,3 @@ class FlatStats:
         else:
             coef[..., 0] += self.logh_value
         return coef
-
-    def loglik(self, nat, elp, K):
-        """E[log p(x_n | theta_k)] (entries x K) from E[eta_k] and E[A_k] (plates (K,) or ())."""
-        return self.Phi @ self.coefficients(nat, elp, (K,)).T
-
-    def weighted_means(self, W):
-        """(totals sum_n W_nk (K,), moment tuple of the W-weighted means, plates (K,)),
-        from W (entries x K); a component with zero total gets zero moments."""
-        return self.layout.means(W.T @ self.Phi, (W.shape[1],))
