@@ -370,3 +370,15 @@ def test_diffuse_init_draws_dirichlet_10_responsibilities(corpus):
     model.fit("vmp", max_iter=3, tol=0, seed=7, init="diffuse", local_iters=20)
     _, lam, _, _, _ = batch_vb_local(doc, word, cnt, r0, 3, 20, 1e-3)
     np.testing.assert_allclose(phi.posterior.params["alpha"], lam, rtol=1e-10)
+
+
+def test_factored_work_arrays_are_released_when_a_fit_ends(corpus):
+    """The gathered (entries x K) tables of z's factored softmax are per-fit work arrays:
+    gone after fit, while z's posterior stays readable (rebuilt on demand)."""
+    model, theta, phi, z = build_lda(corpus["doc"], corpus["word"], corpus["cnt"])
+    seen = []
+    model.fit("vmp", max_iter=3, seed=0, callback=lambda it, L: seen.append(len(z._gather_memo)))
+    assert seen and all(n > 0 for n in seen)
+    assert len(z._gather_memo) == 0
+    p = z.posterior.mean
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)

@@ -539,3 +539,66 @@ def test_undamped_ncvmp_on_badly_scaled_covariates_still_raises_the_elbo_every_s
         outs.append((fit.elbo, w.posterior.mean))
     assert outs[0][0] == pytest.approx(outs[1][0], rel=1e-9)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-9)
+
+
+def test_backtracking_does_not_declare_convergence_with_rho_halved():
+    """With rho halved many times the ELBO barely moves; that is not convergence. The
+    default tol must stop where tol=0 (run to the end) stops."""
+    rng = np.random.default_rng(0)
+    N = 200
+    X = np.c_[np.ones(N), rng.normal(size=(N, 2))]
+    y = (X @ [0.5, 1.5, -1] + rng.logistic(size=N) > 0).astype(float)
+    Xr = X * np.r_[1, 1e5, 1e5]
+    out = []
+    for tol, max_iter in ((1e-8, 500), (0.0, 3000)):
+        w = bg.MultivariateNormal(np.zeros(3), np.eye(3) * 1e-2, name="w")
+        o = bg.Bernoulli(logits=bg.Dot(Xr, w), name="o").observe(y)
+        fit = bg.Model(o).fit("ncvmp", max_iter=max_iter, tol=tol)
+        assert fit.converged
+        out.append((fit.elbo, w.posterior.mean * np.r_[1, 1e5, 1e5]))
+    assert out[0][0] == pytest.approx(out[1][0], rel=1e-7)
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-3, atol=1e-3)
+
+
+def _lda_and_logreg(rng):
+    D, V, K = 10, 12, 3
+    rows, cols, cnt = [], [], []
+    for d in range(D):
+        for word in rng.choice(V, size=int(rng.integers(2, 8)), replace=False):
+            rows.append(d), cols.append(word), cnt.append(int(rng.integers(1, 4)))
+    X = rng.normal(size=(50, 2))
+    b = (X @ [1.5, -1] + rng.normal(size=50) > 0).astype(float)
+    theta = bg.Dirichlet(0.3 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.2 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[np.array(rows)], plates=(len(rows),), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(np.array(cols),
+                                                              weights=np.array(cnt, float))
+    w = bg.MultivariateNormal(np.zeros(2), np.eye(2), name="w")
+    o = bg.Bernoulli(logits=bg.Dot(X, w), name="o").observe(b)
+    return bg.Model(y, o)
+
+
+def test_ncvmp_with_restarted_local_fits_is_not_mistaken_for_an_overshoot():
+    """Local fits restarted from their priors may lower the ELBO by themselves; the
+    backtracking must not blame (and halve 30 times) the non-conjugate node for it."""
+    fit = _lda_and_logreg(np.random.default_rng(0)).fit("ncvmp", seed=1, max_iter=40, tol=0,
+                                                        local_iters=10)
+    assert np.all(np.isfinite(fit.elbo_trace)) and len(fit.local_sweeps) == fit.n_iter == 40
+
+
+def test_local_sweeps_has_one_entry_per_accepted_iteration():
+    """A rejected (backtracked) sweep is not an iteration: local_sweeps follows elbo_trace."""
+    rng = np.random.default_rng(0)
+    N = 200
+    X = np.c_[np.ones(N), rng.normal(size=(N, 2))]
+    b = (X @ [0.5, 1.5, -1] + rng.logistic(size=N) > 0).astype(float)
+    X = X * np.r_[1, 1e4, 1e4]
+    G = np.r_[rng.normal(-2, 1, (30, 2)), rng.normal(2, 1, (30, 2))]
+    w = bg.MultivariateNormal(np.zeros(3), np.eye(3) * 1e-2, name="w")
+    o = bg.Bernoulli(logits=bg.Dot(X, w), name="o").observe(b)
+    th = bg.NormalWishart(np.zeros(2), 1.0, 4.0, np.eye(2), plates=(2,), name="th")
+    z = bg.Categorical(bg.Dirichlet(np.ones(2), name="pi"), plates=(60,), name="z")
+    y = bg.Mixture(z, bg.MultivariateNormal, th, name="y").observe(G)
+    fit = bg.Model(y, o).fit("ncvmp", seed=0, max_iter=300, tol=1e-12, local_iters=1)
+    assert len(fit.local_sweeps) == len(fit.elbo_trace) == fit.n_iter
+    assert np.all(np.diff(fit.elbo_trace) >= -1e-9 * np.abs(fit.elbo_trace[1:]))

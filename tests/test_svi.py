@@ -176,3 +176,20 @@ def test_streamed_fit_explains_what_it_does_not_keep(tmp_path):
     with pytest.raises(AttributeError, match="streamed"):
         m["z"].posterior
     assert m["theta"].posterior.mean[0].shape == (3, 2)
+
+
+def test_svi_with_point_mass_assignments_gives_hard_assignments():
+    """point=['z'] on a local node (online hard EM): z publishes one-hot moments on every
+    minibatch and in the final pass (it used to be ignored silently)."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(-2, 1, 60), rng.normal(2, 1, 60)]
+    z = bg.Categorical(bg.Dirichlet(np.ones(2), name="pi"), plates=(120,), name="z")
+    th = bg.NormalGamma(0.0, 1.0, 1.0, 1.0, plates=(2,), name="th")
+    x = bg.Mixture(z, bg.Normal, th, name="x").observe(X)
+    bg.Model(x).fit("svi", batch_size=20, seed=0, max_steps=20, point=["z"])
+    post = z.posterior
+    assert post.is_point
+    onehot = post.mean_params[0]
+    assert set(np.unique(onehot)) == {0.0, 1.0} and np.all(onehot.sum(-1) == 1)
+    labels = onehot.argmax(-1)
+    assert labels[:60].mean() != labels[60:].mean()  # the two clusters get different labels

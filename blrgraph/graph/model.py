@@ -133,7 +133,7 @@ class Model:
         finally:   # per-fit work arrays (e.g. a mixture's statistics matrix) are not kept
             for n in self.nodes:
                 if getattr(n, "factor", None) is not None:
-                    n.factor.release()
+                    n.release()
 
     def save(self, path):
         """Write every latent node's posterior (natural parameters) and the fit state

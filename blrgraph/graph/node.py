@@ -298,7 +298,7 @@ class Stochastic(Node):
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
-        self.factor.release()   # work arrays built from the previous data (the array may be reused)
+        self.release()   # work arrays built from the previous data (the array may be reused)
         return self
 
     def read_batch(self, rows):
@@ -354,6 +354,14 @@ class Stochastic(Node):
     def set_natural(self, nat):
         self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
         self._moments = None
+
+    def release(self):
+        """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
+        Categorical (rebuilt on demand)."""
+        self.factor.release()
+        memo = self.__dict__.get("_gather_memo")
+        if memo:
+            memo.clear()
 
     def set_natural_terms(self, tables, rows):
         """A Categorical q whose natural parameter is a sum of gathered tables,

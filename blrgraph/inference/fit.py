@@ -304,6 +304,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                                any(not c.factor.conjugate for c in _stochastic_children(model, n))],
                        rhos, monotone=not any(getattr(n.factor, "elbo_is_estimate", False)
                                               for n in model.stochastic))
+    local_sweeps = []
     trace = []
     converged = False
     bar = _progress(progress, max_iter, cfg.name)
@@ -317,6 +318,12 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                 check_point(n, it)
 
         for it in range(1, max_iter + 1):
+            prev = trace[-1] if trace else None
+            if local_block is not None:
+                # the local fit (restarted from the priors, it may lower the ELBO by itself)
+                # is not a damped step: backtracking judges the global updates after it
+                local_sweeps.append(local_block.fit_locals(it, update))
+                prev = elbo(model) if damping.active else None
             while True:
                 damping.save()
                 try:
@@ -325,14 +332,14 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
                                   else model.schedule):
                             update(n, it)
                     else:
-                        local_block.sweep(it, update)
+                        local_block.update_globals(it, update)
                     L = elbo(model)
                 except FloatingPointError as err:
                     if not damping.active:
                         raise
                     damping.reject(it, err)
                     continue
-                if damping.accept(L, trace[-1] if trace else None, it):
+                if damping.accept(L, prev, it):
                     break
             for n in model.latent:
                 n.fitted = True  # the callback may read node.posterior of this iterate
@@ -345,7 +352,8 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
             if cfg.one_pass:
                 converged = True
                 break
-            if len(trace) > 1 and abs(trace[-1] - trace[-2]) <= tol * abs(trace[-1]):
+            if len(trace) > 1 and abs(trace[-1] - trace[-2]) <= tol * abs(trace[-1]) and \
+                    damping.settled():
                 converged = True
                 break
     finally:
@@ -357,7 +365,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     objective = "em_bound" if points else "elbo"
     res = FitResult(elbo=trace[-1], elbo_trace=np.asarray(trace), n_iter=it, converged=converged,
                     method=cfg.name, model=model, objective=objective,
-                    local_sweeps=None if local_block is None else list(local_block.local_sweeps))
+                    local_sweeps=None if local_block is None else local_sweeps)
     model.fit_result = res
     return res
 
@@ -375,7 +383,11 @@ class _Damping:
 
     With a Monte Carlo factor (a Potential: ``elbo_is_estimate``) the damped iteration's
     fixed point is not the maximiser of the estimated ELBO, which then drifts down by
-    ~1e-9 per sweep near it; there only non-finite numbers trigger the backtracking."""
+    ~1e-9 per sweep near it; there only non-finite numbers trigger the backtracking.
+    With ``fit(local_iters=...)`` the local fit (restarted from the priors, it may lower
+    the ELBO by itself) comes first and is kept; the check compares the ELBO after it
+    with the ELBO after the global updates. The run counts as converged only while
+    every damped node is back at its initial rho."""
 
     MIN_FACTOR = 2.0 ** -30
 
@@ -404,6 +416,11 @@ class _Damping:
                 f"non-conjugate VMP cannot make progress at iteration {it}: even with rho "
                 f"halved 30 times the update of {', '.join(n.label() for n in self.nodes)} "
                 f"fails ({err})") from err
+
+    def settled(self):
+        """Every damped node back at its initial rho: only then may a small ELBO change
+        mean convergence (with rho halved, small changes say nothing)."""
+        return all(self.rhos[n] >= self.rho0[n] for n in self.nodes)
 
     def accept(self, L, prev, it):
         """True to keep the sweep; False after undoing it (rho halved)."""
@@ -467,15 +484,18 @@ class LocalBlock:
         self.local = local
         self.globals = [n for n in model.schedule if n not in local]
         self.iters, self.tol, self.restart = iters, tol, restart
-        self.local_sweeps = []  # local sweeps run in each fit sweep
 
-    def sweep(self, it, update):
+    def fit_locals(self, it, update):
+        """The first half of an iteration: the local nodes fitted to the globals; returns
+        the number of local sweeps it ran."""
         if it == 1:  # the globals' first update sees the initial responsibilities
             for g in self.globals:
                 update(g, it)
-        k = fit_locals(self.model, self.local, self.iters, self.tol, self.restart,
-                       lambda n: update(n, it))
-        self.local_sweeps.append(k)
+        return fit_locals(self.model, self.local, self.iters, self.tol, self.restart,
+                          lambda n: update(n, it))
+
+    def update_globals(self, it, update):
+        """The second half: one update of each global node."""
         for g in self.globals:
             update(g, it)
 

@@ -282,6 +282,9 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
                     return scale if c in locals_ else 1.0
 
                 _local_pass(model, axis, t == 1, rng, local_iters, local_tol, init=init)
+                for n in axis.local_latent:   # a local point mass (hard EM) from its first update on
+                    if n in points:
+                        n.point = True
                 if t == 1:
                     for _ in range(int(warmup)):
                         for g in axis.global_latent:
