@@ -88,7 +88,8 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
         x = bg.Mixture(z, bg.Normal, theta, name="x").observe(X, mask=mask)
 
     model = bg.Model(x)
-    # k-means++ starting responsibilities need one data vector per z (full covariance)
+    # full covariance: k-means++ starts; diag: random starts (on iris, k-means++ starts ended in
+    # worse optima for 2 of 6 seeds, -467 and -463 against -409; random: -409.5 or -408.9)
     fit_options = {"max_iter": 1000, "tol": 1e-8, "init": "kmeans++" if covariance == "full" else "random"}
     # fit("svi"): minibatches of rows (the data axis of x, shared by z); global steps
     # rho_t = (t + 1)^-0.7; the first minibatch starts from k-means++ seeds
