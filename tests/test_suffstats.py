@@ -28,9 +28,9 @@ def _z(name="z", plates=(N,)):
     return bg.Categorical(bg.Dirichlet(np.ones(K), name="pi"), plates=plates, name=name)
 
 
-def _spd(rng):
-    A = rng.normal(size=(D, D))
-    return A @ A.T / D + 0.5 * np.eye(D)
+def _spd(rng, d=D):
+    A = rng.normal(size=(d, d))
+    return A @ A.T / d + 0.5 * np.eye(d)
 
 
 CASES = {
@@ -271,7 +271,7 @@ def test_layout_inner_products_and_round_trip(d, n, seed):
     and unflatten(flat(T(x))) = T(x), for MVN (x x^T) and Wishart (Lambda) data."""
     r = np.random.default_rng(seed)
     for fam, x in ((MultivariateNormal(), r.normal(size=(n, d))),
-                   (Wishart(), np.stack([_spd_d(r, d) for _ in range(n)]))):
+                   (Wishart(), np.stack([_spd(r, d) for _ in range(n)]))):
         fs = FlatStats(fam, x, (n,))
         T = fam.suff_stats(x)
         back = fs.layout.unflatten(fs.Phi)
@@ -283,11 +283,6 @@ def test_layout_inner_products_and_round_trip(d, n, seed):
         direct = np.stack([inner(tuple(a[k] for a in nat), T, fam.event_ndims) - elp[k]
                            + fam.log_base_measure(x) for k in range(2)], axis=-1)
         np.testing.assert_allclose(ll, direct, rtol=1e-12, atol=1e-12)
-
-
-def _spd_d(r, d):
-    A = r.normal(size=(d, d))
-    return A @ A.T + d * np.eye(d)
 
 
 def test_layout_stores_the_upper_triangle_only():

@@ -227,10 +227,14 @@ def node_rho(model, node, cfg, rho):
     non-conjugate message, 1 for conjugate blocks."""
     if not cfg.nonconjugate:
         return 1.0 if rho is None else float(rho)
-    nonconj = any(not c.factor.conjugate for c in _stochastic_children(model, node))
-    if not nonconj:
+    if not _nonconjugate_child(model, node):
         return 1.0
     return cfg.rho if rho is None else float(rho)
+
+
+def _nonconjugate_child(model, node):
+    """Does ``node`` receive a non-conjugate message (NCVMP's damped nodes)?"""
+    return any(not c.factor.conjugate for c in _stochastic_children(model, node))
 
 
 def _stochastic_children(model, node):
@@ -301,7 +305,7 @@ def fit(model, method="vmp", *, max_iter=None, tol=1e-8, seed=None, callback=Non
     rhos = {n: node_rho(model, n, cfg, rho) for n in model.schedule}
     # nodes with non-conjugate messages: their damped steps are backtracked (see _Damping)
     damping = _Damping(model, [n for n in model.schedule if cfg.nonconjugate and
-                               any(not c.factor.conjugate for c in _stochastic_children(model, n))],
+                               _nonconjugate_child(model, n)],
                        rhos, monotone=not any(getattr(n.factor, "elbo_is_estimate", False)
                                               for n in model.stochastic))
     local_sweeps = []

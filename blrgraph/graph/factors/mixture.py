@@ -59,9 +59,7 @@ class MixtureFactor(Conditional):
         own = tuple(self.node.plates)
         if len(dplates) <= len(own):
             return
-        zp, cp = tuple(self.parents[0].plates), tuple(self.component.plates()[:-1])
-        n = len(own)
-        zp, cp = (1,) * (n - len(zp)) + zp, (1,) * (n - len(cp)) + cp
+        zp, cp = self._aligned(self.parents[0].plates, len(own))
         if any(z != 1 and c != 1 for z, c in zip(zp, cp)):
             z = self.parents[0]
             raise ValueError(
@@ -73,6 +71,14 @@ class MixtureFactor(Conditional):
 
     def n_categories(self):
         return self.component.n_categories()
+
+    def _aligned(self, zplates, n):
+        """z's plates and the component parameters' plates (without K), right-aligned
+        to ``n`` axes (numpy broadcasting); None if either has more than n axes."""
+        zp, cp = tuple(zplates), tuple(self.component.plates()[:-1])
+        if len(zp) > n or len(cp) > n:
+            return None
+        return (1,) * (n - len(zp)) + zp, (1,) * (n - len(cp)) + cp
 
     def _split(self, u):
         return u[0][0], u[1:]
@@ -89,10 +95,10 @@ class MixtureFactor(Conditional):
             return None   # (fixed arrays such as Binomial n per component enter log h(x))
         xp = tuple(x.plates)
         n = len(xp)
-        zp, cp = tuple(np.shape(r)[:-1]), tuple(self.component.plates()[:-1])
-        if len(zp) > n or len(cp) > n:
+        aligned = self._aligned(np.shape(r)[:-1], n)
+        if aligned is None:
             return None
-        zp, cp = (1,) * (n - len(zp)) + zp, (1,) * (n - len(cp)) + cp
+        zp, cp = aligned
         s = 0
         while s < n and zp[s] == xp[s] and cp[s] == 1:
             s += 1
