@@ -32,9 +32,8 @@ from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
 from .node import Node, Stochastic
 
 
-def _is_node(x, family_name=None):
-    return isinstance(x, Node) and (family_name is None or
-                                    type(getattr(x, "provides", None)).__name__ == family_name)
+def _is_node(x, family=None):
+    return isinstance(x, Node) and (family is None or isinstance(getattr(x, "provides", None), family))
 
 
 def _positive_fixed(cls, name, value, what):
@@ -62,7 +61,7 @@ class Normal(_Public):
     @classmethod
     def _spec(cls, mean, precision=None, name=None):
         if precision is None:
-            if not _is_node(mean, "NormalGamma"):
+            if not _is_node(mean, NormalGammaFamily):
                 raise TypeError(f"Normal '{name}': give Normal(mean, precision), or Normal(theta) with "
                                 f"theta a NormalGamma node")
             return NormalFamily(), NormalGammaFactor, [mean], [Slot("theta", NormalGammaFamily())], {}
@@ -77,14 +76,14 @@ class MultivariateNormal(_Public):
     @classmethod
     def _spec(cls, mean, precision=None, name=None):
         if precision is None:
-            if not _is_node(mean, "NormalWishart"):
+            if not _is_node(mean, NormalWishartFamily):
                 raise TypeError(f"MultivariateNormal '{name}': give MultivariateNormal(mean, precision), "
                                 f"or MultivariateNormal(theta) with theta a NormalWishart node")
             return MVNFamily(), NormalWishartFactor, [mean], [Slot("theta", NormalWishartFamily())], {}
         if not _is_node(mean) and np.ndim(mean) < 1:
             raise ValueError(f"MultivariateNormal '{name}': mean must be a vector (shape (..., D)), "
                              f"got {mean!r}")
-        if _is_node(precision, "Gamma"):
+        if _is_node(precision, GammaFamily):
             return (MVNFamily(), DiagonalGammaFactor, [mean, precision],
                     [Slot("mean", MVNFamily()), Slot("precision", GammaFamily())], {})
         return (MVNFamily(), MultivariateNormalFactor, [mean, precision],
