@@ -7,6 +7,7 @@ supports. Every refusal is a ValueError or TypeError naming the node.
 from __future__ import annotations
 
 import numbers
+import re
 
 import numpy as np
 
@@ -159,3 +160,35 @@ def check_trials(family, name, n):
     if big:
         raise ValueError(f"{family} '{name}': n has more than 2**53 = {2 ** 53} trials, beyond "
                          f"what a float holds exactly; rescale the counts")
+
+
+_ENTRY = re.compile(r"(first at |entry )\((\d+)((?:, \d+)*,?)\)")
+
+
+def check_batch(node, rows):
+    """Rows ``rows`` of ``node``'s streamed source, validated as ``observe`` validates
+    in-memory data; a refusal names the node and the source's (global) row number."""
+    from .data import prepare_observation
+    rows = np.asarray(rows)
+    try:
+        x = node.source.read(rows)
+    except ValueError as e:
+        raise ValueError(f"{node.label()}: {e}") from None
+    vnd = node.family.value_ndim
+    finite = np.isfinite(x).reshape(x.shape[:1] + (-1,)).all(axis=-1)
+    if not finite.all():
+        i = int(np.argmax(~finite))
+        raise ValueError(f"{node.label()}: row {int(rows[i])} of the streamed data holds NaN/inf "
+                         f"({int(np.sum(~finite))} such rows in this minibatch); streamed data "
+                         f"cannot be masked: drop or impute those rows, or load the data into "
+                         f"memory and observe it with mask=")
+    if isinstance(vnd, int) and x.shape[1:] != node.source.shape[1:]:
+        raise ValueError(f"{node.label()}: the streamed rows have shape {x.shape[1:]}, not "
+                         f"{node.source.shape[1:]}")
+    try:
+        return prepare_observation(node, x, None, None)
+    except ValueError as e:      # the entry index of a minibatch -> the source's row number
+        msg, n = _ENTRY.subn(lambda m: f"{m.group(1)}({int(rows[int(m.group(2))])}{m.group(3)})",
+                             str(e))
+        raise ValueError(msg + (" (the first index is the row of the streamed data)" if n else "")) \
+            from None

@@ -312,9 +312,10 @@ class Stochastic(Node):
         return self
 
     def read_batch(self, rows):
-        """Validated data of entries ``rows`` of the first plate axis (streamed data)."""
-        from .data import prepare_observation
-        return prepare_observation(self, self.source.read(rows), None, None)
+        """Validated data of entries ``rows`` of the first plate axis (streamed data); errors
+        give the source's row numbers."""
+        from .inputs import check_batch
+        return check_batch(self, rows)
 
     def child_data(self):
         if self.observed:
