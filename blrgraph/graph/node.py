@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..families.gathered import GatheredSoftmax, gathered_sum
+from .inputs import check_observation, check_plates, check_stream_shape
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -243,7 +244,7 @@ class Stochastic(Node):
         if plates is None:
             plates = implied
         else:
-            plates = tuple(int(p) for p in np.atleast_1d(plates)) if np.ndim(plates) else (int(plates),)
+            plates = check_plates(self, plates)
             try:
                 full = broadcast_plates(implied, plates)
             except ValueError:
@@ -300,17 +301,26 @@ class Stochastic(Node):
         (``fit("svi")``), so memory does not grow with the number of rows."""
         from .data import prepare_observation
         from .stream import as_source
-        self.source = as_source(data)
-        if self.source is not None:
-            if mask is not None or weights is not None:
-                raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
-                                 f"mark missing values as NaN-free chunks or load the data")
-            shape = self.source.shape
-            vnd = self.family.value_ndim
-            self.plates = tuple(shape[: len(shape) - vnd])
-            self.value, self.mask, self.weights = None, None, None
-        else:
-            self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
+        before = dict(self.__dict__)     # a refused observe leaves the node as it was
+        try:
+            source = as_source(data)
+            if source is not None:
+                if mask is not None or weights is not None:
+                    raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
+                                     f"stream complete (NaN-free) chunks, or load the data into "
+                                     f"memory to mask or weight it")
+                plates = check_stream_shape(self, source.shape)
+                value, m, w = None, None, None
+            else:
+                data, weights = check_observation(self, data, mask, weights)
+                value, m, w = prepare_observation(self, data, mask, weights)
+                plates = self.plates
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        self.source, self.plates = source, plates
+        self.value, self.mask, self.weights = value, m, w
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
@@ -344,9 +354,10 @@ class Stochastic(Node):
             self.nat = nat
 
     def read_batch(self, rows):
-        """Validated data of entries ``rows`` of the first plate axis (streamed data)."""
-        from .data import prepare_observation
-        return prepare_observation(self, self.source.read(rows), None, None)
+        """Validated data of entries ``rows`` of the first plate axis (streamed data); errors
+        give the source's row numbers."""
+        from .inputs import check_batch
+        return check_batch(self, rows)
 
     def child_data(self):
         if self.observed:

@@ -29,6 +29,7 @@ from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, No
                                NormalWishartFactor)
 from .factors.mixture import MixtureFactor
 from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
+from .inputs import check_trials
 from .node import Node, Stochastic
 
 
@@ -140,6 +141,7 @@ class Binomial(_Public):
 
     @classmethod
     def _spec(cls, n, p, name=None):
+        check_trials("Binomial", name, n)
         n = np.asarray(n)
         if isinstance(n, Node) or np.any(n < 0) or np.any(n != np.round(n)):
             raise ValueError(f"Binomial '{name}': n must be non-negative integers, got {n!r}")
@@ -164,6 +166,7 @@ class Multinomial(_Public):
 
     @classmethod
     def _spec(cls, n, p, name=None):
+        check_trials("Multinomial", name, n)
         n = np.asarray(n)
         if np.any(n < 0) or np.any(n != np.round(n)):
             raise ValueError(f"Multinomial '{name}': n must be non-negative integers, got {n!r}")
