@@ -6,6 +6,7 @@ Conjugate Bayes, VMP, SVI, non-conjugate VMP and EM are that update with
 different settings (``Model(...).fit(method)``).
 """
 from . import closed_form, families
+from .graph import GaussianMarkovChain
 from .graph import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma,
                     Mixture, Model, Multinomial, MultivariateNormal, Normal, NormalGamma,
                     NormalWishart, Poisson, Potential, Wishart)
@@ -14,6 +15,6 @@ from .inference import METHODS, FitResult, elbo
 __version__ = "0.1.0"
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential",
-           "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
+           "Gamma", "GaussianMarkovChain", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
            "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult", "METHODS", "elbo",
            "closed_form", "families"]
