@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import multivariate_normal
 
 import blrgraph as bg
 from blrgraph.families.base import broadcast_nat
@@ -105,10 +108,11 @@ def dense(nat):
     return J, h.ravel()
 
 
-@pytest.mark.parametrize("T", [1, 2, 7])
-def test_family_matches_dense_gaussian(T):
-    rng = np.random.default_rng(T)
-    D, S = 3, 2
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 7), D=st.integers(1, 3), S=st.integers(1, 3), seed=st.integers(0, 2**31))
+def test_family_matches_dense_gaussian(T, D, S, seed):
+    """Random lengths, dimensions (D = 1 takes the scalar path) and numbers of sequences."""
+    rng = np.random.default_rng(seed)
     fam = ChainFamily()
     p, _, _ = lgssm(rng, 1, 2, D)
     h, n2, C = fam.natural_from_params(p["m0"], p["P0"], p["A"], p["Q"], T)
@@ -133,11 +137,11 @@ def test_family_matches_dense_gaussian(T):
             np.testing.assert_allclose(XX[s, t], E2[b, b], atol=1e-12)
             if t:
                 np.testing.assert_allclose(X10[s, t], E2[b, (t - 1) * D:t * D], atol=1e-12)
+        np.testing.assert_allclose(fam.cov(nat)[s, t], Sig[b, b], atol=1e-12)
         # log q(x) of a draw: the Gaussian with precision J
         x = fam.sample(nat, rng=rng)[s]
-        from scipy.stats import multivariate_normal
         lq = fam.logpdf(np.broadcast_to(x, (S, T, D)), nat)[s].sum()
-        np.testing.assert_allclose(lq, multivariate_normal(mu, Sig).logpdf(x.ravel()), rtol=1e-12)
+        np.testing.assert_allclose(lq, multivariate_normal(mu, Sig).logpdf(x.ravel()), rtol=1e-10)
     assert np.all(X10[:, 0] == 0)
 
 
@@ -327,6 +331,23 @@ def test_messages_to_every_parent(noise):
     bg.Model(y).fit("vmp", max_iter=5)
     assert check_messages(xs) == 4
     assert check_messages(y) == 1   # y -> chain, in per-step MultivariateNormal coordinates
+
+
+def test_messages_per_sequence_parameters():
+    """Each sequence its own A (plates (S, D)), noise precisions (S, D) and start
+    precision (S,): the messages reduce over time only."""
+    rng = np.random.default_rng(43)
+    S, T, D = 3, 5, 2
+    _, Y, _ = lgssm(rng, S, T, D)
+    P0 = bg.Wishart(D + 2.0, random_spd(rng, D, 0.5), plates=(S,), name="P0")
+    A = bg.MultivariateNormal(rng.normal(size=D), random_spd(rng, D), plates=(S, D), name="A")
+    Q = bg.Gamma(2.0, 1.5, plates=(S, D), name="Q")
+    xs = bg.GaussianMarkovChain(np.zeros(D), P0, A, Q, length=T, name="x")
+    assert xs.plates == (S, T)
+    y = bg.MultivariateNormal(xs, np.eye(D), name="y").observe(Y)
+    fit = bg.Model(y).fit("vmp", max_iter=20)
+    _monotone(fit.elbo_trace)
+    assert check_messages(xs) == 3
 
 
 def test_messages_one_dimensional_row_without_plate():

@@ -143,7 +143,7 @@ class GaussianMarkovChain(ExponentialFamily):
             S[t - 1] = ji[t - 1] + g * cross[t]
 
         def arr(v, k):  # rows (floats, or arrays with cross[0] = 0.0) -> plates + (T,) + event
-            if isinstance(v[-1], float):
+            if int(np.prod(shape)) == 1:   # rows are floats
                 a = np.array(v, dtype=float).reshape((T,) + shape)
             else:
                 a = np.array([np.broadcast_to(x, shape) for x in v], dtype=float)
