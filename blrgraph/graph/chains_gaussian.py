@@ -156,9 +156,8 @@ class GaussianChainFactor(Conditional):
                 XX[..., 1:, :, :].sum(-3), X10[..., 1:, :, :].sum(-3))
 
     def message(self, i, x, u, w, target):
-        if w is not None:
-            raise ValueError(f"{self.node.label()}: a GaussianMarkovChain takes no weights= or "
-                             f"mask on its own entries; mask the observations of its child")
+        if w is not None:  # counts propagated from a child (observed states take no mask)
+            self.node.refuse_replicates()
         B = tuple(x.plates[:-1])
         kw = dict(target_plates=target, full_plates=B)
         x1, xx1, S00, S11, S10 = self._stats(x)
@@ -281,9 +280,12 @@ class GaussianMarkovChain(Stochastic):
                              self.plates, 1)
         return ChildData(None, self.full_moments(), self.plates, 1)
 
-    def elbo_term(self):
+    def refuse_replicates(self):
         if self.replicates is not None:
             raise ValueError(f"{self.label()}: a child observed with weights= (counts) would "
                              f"replicate single time steps of the chain; observe the sequences "
                              f"without weights")
+
+    def elbo_term(self):
+        self.refuse_replicates()
         return super().elbo_term()
