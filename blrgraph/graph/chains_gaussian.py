@@ -260,7 +260,11 @@ class GaussianMarkovChain(Stochastic):
         return self._moments
 
     def moments(self):
-        return self.full_moments()[:2]
+        full = self.full_moments()
+        pub = self.__dict__.get("_published")
+        if pub is None or pub[0] is not full:  # the same tuple until q changes (readers
+            pub = self._published = (full, full[:2])  # may cache on its identity)
+        return pub[1]
 
     def set_natural(self, nat):
         super().set_natural(nat)
