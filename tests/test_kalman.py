@@ -293,7 +293,7 @@ def test_learned_parameters_vmp_monotone(noise):
     fit = bg.Model(y).fit("vmp", max_iter=300, tol=1e-12)
     _monotone(fit.elbo_trace)
     assert fit.elbo_trace[-1] > fit.elbo_trace[0] + 1.0
-    # the learned transition is close to the truth (200 transitions of a 2-d state)
+    # the learned transition is near the truth (200 transitions; measured max error 0.17-0.23)
     assert np.max(np.abs(A.posterior.mean - p["A"])) < 0.3
 
 
