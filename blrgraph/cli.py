@@ -9,8 +9,8 @@
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture) or the path to a model file of your own: a Python file that defines
-``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
+poisson_mixture, local_level) or the path to a model file of your own: a Python file
+that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
 ``fit`` prints the posterior summary table and the ELBO and writes, in --out:
@@ -270,7 +270,7 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = _call_model(module, "build", module.build, data, **options)
-        from blrgraph.graph.model import Model
+        from blrgraph.model import Model
         if not isinstance(model, Model):
             raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
                            f"blrgraph Model; end build with 'return bg.Model(...)'")

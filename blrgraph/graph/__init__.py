@@ -1,4 +1,5 @@
 """The factor graph: nodes, factors and their messages, plates, the Model."""
+from .chains_gaussian import GaussianMarkovChain
 from .deterministic import Dot, Gather
 from .model import FactorGraph
 from .node import Constant, Posterior, Stochastic

@@ -23,6 +23,8 @@ class Node:
 
     deterministic = False
     stochastic = False
+    #: can the node become a view of some entries of its first plate axis (``restrict``)?
+    restrictable = True
 
     def __init__(self, name, plates):
         self.id = next(_ids)

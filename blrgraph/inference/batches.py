@@ -49,6 +49,10 @@ class Minibatches:
         if streamed and any(n not in structure.links for n in streamed):
             raise ValueError(f"fit('svi'): streamed data must lie on the data axis of "
                              f"{structure.root.label()}")
+        fixed = [n.label() for n in structure.links if not n.restrictable]
+        if fixed:
+            raise ValueError(f"fit('svi'): {', '.join(fixed)} cannot be cut into minibatches of "
+                             f"the data axis; fit the model with fit('vmp')")
         self.perm, self.pos = None, 0
 
     def state(self):

@@ -39,8 +39,8 @@ def blr_target(model, node, scale=None):
     """lam0 + sum of messages: the coordinate-ascent target (rho = 1)."""
     target = node.prior_natural()
     msg = incoming(model, node, scale)
-    if msg is not None:
-        target = tuple(a + m for a, m in zip(target, msg))
+    if msg is not None:  # components a message lacks (a chain's coupling) keep the prior's
+        target = tuple(a + m for a, m in zip(target, msg)) + tuple(target[len(msg):])
     return target
 
 

@@ -55,7 +55,7 @@ class LocalBlock:
         # per-entry convergence needs every watched node on the data axis itself
         self.per_entry = inner and all(
             n is structure.root or structure.links.get(n, (None,))[0] == "same"
-            for n in self.watch)
+            for n in self.watch) and all(n.restrictable for n in structure.links)
 
     def settle(self, trace):
         """After a sweep: a default (restarting) block goes on warm once the ELBO's
