@@ -131,6 +131,22 @@ class Conditional:
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")
 
+    # ---- posterior predictive (graph/predictive.py, docs/predict.md) ---------------------
+    def predictive(self, q, plates, ctx):
+        """E_q[p(x | parents)] for every entry (``plates``): ``q`` holds one
+        :class:`~blrgraph.graph.predictive.ParentDist` per parent slot. The default is the
+        conditional itself when every parent is fixed, else Monte Carlo over q; conjugate
+        factors override it with the exact integral."""
+        from ..predictive import fixed_predictive, monte_carlo
+        if all(pd.fixed for pd in q):
+            return fixed_predictive(self, q, plates)
+        return monte_carlo(self, q, plates, ctx)
+
+    def draw_ndim(self, i, n):
+        """How many plate axes a draw of parent slot i lines up with (right-aligned) in a
+        child with ``n`` plate axes (Monte Carlo predictive)."""
+        return n
+
     def release(self):
         """Drop the work arrays kept between sweeps (called when a fit ends)."""
         for name in self.caches:
