@@ -9,6 +9,7 @@ from . import closed_form, families
 from .graph import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma,
                     Mixture, Model, Multinomial, MultivariateNormal, Normal, NormalGamma,
                     NormalWishart, Poisson, Potential, Wishart)
+from .graph.predictive import log_predictive
 from .inference import METHODS, FitResult, elbo
 
 __version__ = "0.1.0"
@@ -16,4 +17,4 @@ __version__ = "0.1.0"
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential",
            "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
            "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult", "METHODS", "elbo",
-           "closed_form", "families"]
+           "closed_form", "families", "log_predictive"]

@@ -619,7 +619,12 @@ class MixturePredictive(Predictive):
         cm = c.mean
         second = c.cov + cm[..., :, None] * cm[..., None, :]
         m = self.mean
-        return np.sum(self._w(second, 2), axis=-3) - m[..., :, None] * m[..., None, :]
+        out = np.sum(self._w(second, 2), axis=-3) - m[..., :, None] * m[..., None, :]
+        free = getattr(c, "free", None)
+        if free is not None:      # coordinates fixed by conditioning in every component
+            f = np.any(free, axis=-2)
+            out = np.where(f[..., :, None] & f[..., None, :], out, 0.0)
+        return out
 
     def _expand(self, values):
         x = np.asarray(values)
