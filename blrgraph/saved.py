@@ -7,7 +7,8 @@ SHA-256 checksum of the arrays, as :mod:`blrgraph.inference.checkpoint`) holding
   weights, components, regression weights, topics; the local nodes -- one
   assignment per training row -- are left out),
 * the model's ``meta`` entries that are plain values (column names, levels, K, the
-  design recipe) and the arrays it names in ``arrays`` (``to_original``),
+  design recipe) and its small numeric arrays (``to_original``), not the training
+  data (``X``, ``y``, masks, the table),
 * the build options, the method and the model name or file (``model``).
 
 ``load_fit(path)`` returns a :class:`SavedFit`: ``saved["w"].posterior`` and
@@ -29,6 +30,8 @@ VERSION = 1
 _META = "__meta__"
 #: meta entries that hold training data or objects, never saved
 SKIP_META = ("X", "y", "mask", "observed", "table", "fit_options", "fit_options_by_method")
+#: numeric meta arrays up to this size are kept (e.g. a regression's ``to_original``)
+MAX_META_ARRAY = 10_000
 
 
 def _global_nodes(model):
@@ -51,7 +54,7 @@ def _jsonable(v):
 def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), seed=None):
     """Write the global posteriors of ``fit`` (a FitResult or a fitted Model) and the
     plain entries of ``model.meta`` to ``path``. ``arrays``: meta entries that are
-    arrays to keep as well (e.g. ``"to_original"``)."""
+    arrays to keep as well, beyond the numeric ones of at most ``MAX_META_ARRAY`` values."""
     m = getattr(fit, "model", fit)
     meta = dict(getattr(m, "meta", {}) or {})
     data, nodes = {}, []
@@ -69,7 +72,8 @@ def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), see
     for k, v in meta.items():
         if k in SKIP_META:
             continue
-        if k in arrays:
+        if k in arrays or (isinstance(v, np.ndarray) and v.dtype.kind in "biuf"
+                           and v.size <= MAX_META_ARRAY):
             data[f"meta/{k}"] = np.asarray(v, dtype=float)
             kept.append(k)
         elif not isinstance(v, np.ndarray) and _jsonable(v):

@@ -201,7 +201,8 @@ def impute(fit, X_new):
     pred = _predictive(model, len(X))
     if model.meta["covariance"] == "full":
         cond = pred.condition(X)
-        mean, var = cond.mean, cond.var
+        obs = np.isfinite(X)
+        mean, var = np.where(obs, X, cond.mean), np.where(obs, 0.0, cond.var)
     else:
         from blrgraph.graph.predictive import MixturePredictive
         cond = MixturePredictive(np.broadcast_to(r[:, None, :], pred.weights.shape), pred.components,
