@@ -162,8 +162,10 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
             ax.legend(fontsize=7, loc="best")
     note = "X = cluster mean, ring = probability < 0.8" + (
         ", ellipses = 1 and 2 sd" if covariances is not None and D > 1 else "")
-    fig.suptitle(_wrap(title, 70 * ncol // 2 + 30) + "\n" + note if title else note, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.9 if nrow == 1 else 0.95))
+    width = int(4.2 * ncol * 72 / (10 * 0.6))          # characters of 10 pt text across the figure
+    text = "\n".join(_wrap(t, width) for t in ((title, note) if title else (note,)))
+    fig.suptitle(text, fontsize=10)
+    fig.tight_layout()                                   # (it makes room for the suptitle)
     return _save(fig, path)
 
 
