@@ -482,3 +482,52 @@ def test_predictive_errors_name_the_node():
     bg.Model(x).fit("vmp", seed=0)
     with pytest.raises(ValueError, match=r"Mixture 'x'.*shape \(M,\)"):
         x.predictive(inputs=np.zeros((3, 2)))
+
+
+def test_non_conjugate_links_and_ard_precisions_by_monte_carlo():
+    rng = np.random.default_rng(16)
+    X = np.c_[np.ones(60), rng.normal(size=60)]
+    w = bg.MultivariateNormal(np.zeros(2), np.eye(2), name="w")
+    y = bg.Poisson(log_rate=bg.Dot(X, w), name="y").observe(rng.poisson(np.exp(X @ [0.5, 0.3])))
+    bg.Model(y).fit("ncvmp")
+    Xn = np.array([[1.0, -1.0], [1.0, 1.5]])
+    pred = y.predictive(inputs=Xn)
+    m, v = Xn @ w.posterior.mean, np.einsum("ni,ij,nj->n", Xn, w.posterior.cov, Xn)
+    rate = np.exp(m + v / 2)                     # E[e^a]; Var[y] = E[rate] + Var[rate]
+    np.testing.assert_allclose(pred.mean, rate, rtol=1e-12)
+    np.testing.assert_allclose(pred.var, rate + np.expm1(v) * rate ** 2, rtol=1e-12)
+    _check_sample_moments(pred)
+    # MultivariateNormal with fixed mean and ARD Gamma precisions: independent Student-t's
+    a = bg.Gamma(2.0, 1.0, plates=(3,), name="a")
+    x = bg.MultivariateNormal(np.zeros(3), a, plates=(40,), name="x").observe(
+        rng.normal(0, [1.0, 2.0, 3.0], (40, 3)))
+    bg.Model(x).fit("vmp")
+    pa = a.posterior.params
+    pred = x.predictive(samples=20000, seed=3)
+    val = np.array([0.5, -1.0, 2.0])
+    exact = stats.t(2 * pa["shape"], 0, np.sqrt(pa["rate"] / pa["shape"])).logpdf(val).sum()
+    assert pred.logpdf(val)[0] == pytest.approx(exact, abs=0.01)
+    np.testing.assert_allclose(pred.var[0], pa["rate"] / (pa["shape"] - 1), rtol=0.03)
+    # Categorical logits: probabilities by Monte Carlo, one entry per new row
+    W = bg.MultivariateNormal(np.zeros(2), np.eye(2), plates=(3,), name="W")
+    c = bg.Categorical(logits=bg.Dot(X[:, None, :], W), name="c").observe(rng.integers(0, 3, 60))
+    bg.Model(c).fit("ncvmp")
+    pc = c.predictive(inputs=Xn[:, None, :])
+    assert pc.plates == (2,) and np.allclose(pc.probs.sum(-1), 1.0)
+    same = c.predictive(inputs=X[:2, None, :])        # the training rows as inputs: same draws
+    np.testing.assert_allclose(same.probs, c.predictive().probs[:2], rtol=0, atol=1e-14)
+    assert pc.sample(5, seed=0).shape == (5, 2)
+
+
+def test_mixture_sample_moments():
+    rng = np.random.default_rng(17)
+    X = np.r_[rng.normal(0, 1, 40), rng.normal(6, 1, 40)]
+    w = bg.Dirichlet(np.ones(2), name="w")
+    th = bg.NormalGamma(np.array([1.0, 5.0]), 0.1, 1.0, 1.0, plates=(2,), name="th")
+    z = bg.Categorical(w, plates=(80,), name="z")
+    x = bg.Mixture(z, bg.Normal, th, name="x").observe(X)
+    bg.Model(x).fit("vmp", seed=0)
+    new = x.predictive(inputs=np.full(2, np.nan))      # two new points: the prior-weighted mixture
+    np.testing.assert_allclose(new.weights[0], w.posterior.mean, atol=1e-12)
+    _check_sample_moments(new)
+    _check_sample_moments(x.predictive()[:2])

@@ -514,6 +514,10 @@ class MonteCarloPredictive(Predictive):
         self._mean, self._var = mean, var
 
     @property
+    def probs(self):
+        return self.mean
+
+    @property
     def n_draws(self):
         return self.nat[0].shape[0]
 
@@ -590,9 +594,7 @@ class MixturePredictive(Predictive):
 
     @property
     def _mean_ndim(self):
-        return 1 if isinstance(self.components, CategoricalPredictive) or \
-            (isinstance(self.components, FamilyPredictive) and self.components.family.name == "Categorical") \
-            else self.value_ndim
+        return 1 if self.components.name.startswith("Categorical") else self.value_ndim
 
     @property
     def mean(self):
@@ -823,7 +825,7 @@ def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
                 return a.reshape((S,) + (1,) * extra + a.shape[1:]) if extra > 0 else a
             val = tuple(pad(a) for a in v) if isinstance(v, tuple) else pad(v)
             u.append(slot_stats(factor, i, val))
-        return factor.prior_natural(u)
+        return factor.draw_natural(u)
 
     nat = draw_nat(ctx.samples, ctx.rng)
     return MonteCarloPredictive(fam, nat, plates, draw_nat, mean, var)
@@ -971,7 +973,7 @@ def node_predictive(node, inputs=None, samples=2000, seed=0):
         plates = (M,) + tuple(node.plates[1:])
         ctx.values = v
     elif dots:
-        plates = np.broadcast_shapes(*[pd.plates for pd in q], tuple(factor.fixed_plates()))
+        plates = tuple(factor.predictive_plates(q))
     pred = factor.predictive(q, plates, ctx)
     children = _assignment_children(node)
     if kids or (children and node.observed):

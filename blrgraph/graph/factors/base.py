@@ -142,6 +142,16 @@ class Conditional:
             return fixed_predictive(self, q, plates)
         return monte_carlo(self, q, plates, ctx)
 
+    def draw_natural(self, u):
+        """The child's natural parameters at parents drawn from q (``u``: their T(values),
+        with a leading axis of draws): eta(theta) = ``prior_natural`` at a point."""
+        return self.prior_natural(u)
+
+    def predictive_plates(self, q):
+        """The entries' plates for parents ``q`` (new inputs change them)."""
+        from ..plates import broadcast_plates
+        return broadcast_plates(*[pd.plates for pd in q], tuple(self.fixed_plates()))
+
     def draw_ndim(self, i, n):
         """How many plate axes a draw of parent slot i lines up with (right-aligned) in a
         child with ``n`` plate axes (Monte Carlo predictive)."""
