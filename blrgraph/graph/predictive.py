@@ -37,8 +37,8 @@ def _bcast(a, plates, event_ndim=0):
     return np.broadcast_to(a, tuple(plates) + ev)
 
 
-def _index_plates(idx, plates):
-    """Normalise an index over the plate axes (a tuple, a boolean mask, ints, slices)."""
+def _index_plates(idx):
+    """An index over the plate axes as a tuple (a boolean mask, ints, slices)."""
     return idx if isinstance(idx, tuple) else (idx,)
 
 
@@ -96,7 +96,7 @@ class Predictive:
                                   f"mean, var and sample")
 
     def __getitem__(self, idx):
-        return self._take(_index_plates(idx, self.plates))
+        return self._take(_index_plates(idx))
 
     def _take(self, idx):
         raise NotImplementedError
@@ -655,11 +655,10 @@ class MixturePredictive(Predictive):
         k = (cdf <= u[..., None]).sum(axis=-1)
         x = self.components.sample(size, seed=rng)     # size + plates + (K,) + event
         ev = self.value_ndim
-        idx = k.reshape(k.shape + (1,) * (ev + 1))
-        xb = np.broadcast_to(x, shape + x.shape[len(shape):])
-        return np.take_along_axis(xb, np.broadcast_to(idx, shape + (1,) + x.shape[len(shape) + 1:]),
-                                  axis=len(shape))[(Ellipsis, 0) + (slice(None),) * ev] \
-            if ev else np.take_along_axis(xb, idx, axis=-1)[..., 0]
+        x = np.broadcast_to(x, shape + x.shape[len(shape):])
+        idx = k.reshape(shape + (1,) * (ev + 1))       # the drawn component of each entry
+        idx = np.broadcast_to(idx, shape + (1,) + x.shape[len(shape) + 1:])
+        return np.take_along_axis(x, idx, axis=len(shape)).reshape(shape + x.shape[len(shape) + 1:])
 
     def condition(self, values):
         """Condition each entry on the finite coordinates of vector ``values`` (NaN =
