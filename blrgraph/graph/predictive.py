@@ -364,8 +364,8 @@ class MultivariateT(Predictive):
     def condition(self, values):
         """Condition each entry on the finite coordinates of ``values`` (plates + (D,),
         NaN = unknown): returns (log density of the observed coordinates, the
-        conditional predictive of the others). t-conditional (MATH: df + d_o degrees of
-        freedom, shape scaled by (df + delta)/(df + d_o)); Gaussian when df = inf."""
+        conditional predictive of the others). The t-conditional has df + d_o degrees of
+        freedom, shape scaled by (df + delta)/(df + d_o), the observed coordinates; Gaussian when df = inf."""
         x = np.asarray(values, dtype=float)
         D = self.loc.shape[-1]
         plates = np.broadcast_shapes(x.shape[:-1], self.plates)
