@@ -411,7 +411,8 @@ def test_gmm_new_points_without_refitting():
         for k in range(2):
             df = comp["dof"][k] - D + 1
             Sh = np.linalg.inv(comp["scale"][k]) * (comp["beta"][k] + 1) / (comp["beta"][k] * df)
-            terms.append(np.log(alpha[k] / alpha.sum()) + stats.multivariate_t(comp["mean"][k], Sh, df=df).logpdf(v))
+            t = stats.multivariate_t(comp["mean"][k], Sh, df=df)
+            terms.append(np.log(alpha[k] / alpha.sum()) + t.logpdf(v))
         tot += logsumexp(terms)
     assert lp == pytest.approx(tot, abs=1e-9)
     assert pn.weights[0].argmax() != pn.weights[1].argmax()

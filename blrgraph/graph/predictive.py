@@ -365,7 +365,8 @@ class MultivariateT(Predictive):
         """Condition each entry on the finite coordinates of ``values`` (plates + (D,),
         NaN = unknown): returns (log density of the observed coordinates, the
         conditional predictive of the others). The t-conditional has df + d_o degrees of
-        freedom, shape scaled by (df + delta)/(df + d_o), the observed coordinates; Gaussian when df = inf."""
+        freedom (d_o observed coordinates) and its shape is scaled by (df + delta)/(df + d_o);
+        with df = inf it is the Gaussian conditional."""
         x = np.asarray(values, dtype=float)
         D = self.loc.shape[-1]
         plates = np.broadcast_shapes(x.shape[:-1], self.plates)
