@@ -336,6 +336,8 @@ def cmd_fit(args, stdout, stderr):
         raise CLIError(f"data file '{args.data}' not found")
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
+    if getattr(args, "save", None):
+        _check_predictable(module)            # before the (possibly long) fit
     fit, _ = run(module, table, options, method=args.method, seed=args.seed,
                  restarts=args.restarts, max_iter=args.max_iter, tol=args.tol,
                  fit_overrides=_fit_overrides(args), out_dir=args.out, plots=not args.no_plots,
@@ -350,14 +352,18 @@ def save_for_predict(module, fit, path, options, spec, stdout):
     """``fit --save FIT.npz``: the global posteriors and the model's plain settings
     (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
     from blrgraph.saved import save_fit
-    if not callable(getattr(module, "predict_table", None)):
-        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data); "
-                       f"--save writes fits for 'blrgraph predict', which needs it")
+    _check_predictable(module)
     zoo = zoo_models()
     name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
         str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
     save_fit(fit, path, model=name, options=options, method=fit.method)
     print(f"saved the fit for prediction: {path}  (blrgraph predict {path} NEW.csv)", file=stdout)
+
+
+def _check_predictable(module):
+    if not callable(getattr(module, "predict_table", None)):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data); "
+                       f"--save writes fits for 'blrgraph predict', which needs it")
 
 
 def cmd_predict(args, stdout, stderr):

@@ -202,3 +202,22 @@ def test_plots(tmp_path):
     p = plotting.plot_predictive_band(X[:, 0], X[:, 0], X[:, 0] - 1, X[:, 0] + 1, tmp_path / "b.png",
                                       y=X[:, 1])
     assert p.stat().st_size > 0
+
+
+def test_fit_save_refuses_a_model_without_predict_table_before_fitting(tmp_path):
+    model_file = tmp_path / "mine.py"
+    model_file.write_text(
+        "import blrgraph as bg\n"
+        "def build(data, **options):\n"
+        "    y = bg.Normal(bg.Normal(0.0, 1.0, name='mu'), 1.0, plates=(len(data),), name='y')\n"
+        "    return bg.Model(y.observe(data.iloc[:, 0].to_numpy(float)))\n"
+        "def summarize(fit):\n"
+        "    import pandas as pd\n"
+        "    return pd.DataFrame([{'mu': float(fit.model['mu'].posterior.mean)}])\n")
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"v": [0.1, 0.5, -0.2]}).to_csv(data, index=False)
+    out, err = StringIO(), StringIO()
+    code = cli.main(["fit", str(model_file), str(data), "--save", str(tmp_path / "f.npz"),
+                     "--no-plots", "--out", str(tmp_path / "o")], stdout=out, stderr=err)
+    assert code == 1 and "defines no predict_table" in err.getvalue()
+    assert "fitting" not in out.getvalue() and not (tmp_path / "f.npz").exists()
