@@ -373,3 +373,74 @@ def test_cli_fit_gmm_on_a_table_at_1e8(tmp_path):
     summary = pd.read_csv(tmp_path / "o" / "summary.csv")
     east = np.sort(summary[summary.variable == "east"]["mean"].to_numpy()) - 1e8
     assert np.allclose(east, [-3.0, 3.0], atol=0.3)
+
+
+# ---------------------------------------------------------------------------
+# translation equivariance of models without a closed form
+# ---------------------------------------------------------------------------
+_N, _G, _D = 60, 3, 2
+_rng = np.random.default_rng(0)
+_g = _rng.integers(0, _G, _N)
+# on a grid of 2^-10: base + 1e8 is exact, so both fits see the same data
+_BASE1 = np.round((_rng.normal(size=_N) + _g) * 1024) / 1024
+_BASED = np.round((_rng.normal(size=(_N, _D)) + np.array([0.0, 2.0])) * 1024) / 1024
+
+
+def _gathered_means(off):
+    mu = bg.Normal(off, 1e-2, plates=(_G,), name="mu")
+    tau = bg.Gamma(1.0, 1.0, name="tau")
+    y = bg.Normal(mu[_g], tau, name="y").observe(_BASE1 + off)
+    r = bg.Model(y).fit("vmp", tol=1e-13)
+    return {"mean": mu.posterior.mean}, {"var": mu.posterior.var, "rate": tau.posterior.params["rate"]}, r
+
+
+def _diagonal_gamma(off):
+    mu = bg.MultivariateNormal(np.full(_D, off), 1e-2 * np.eye(_D), name="mu")
+    tau = bg.Gamma(1.0, 1.0, plates=(_D,), name="tau")
+    y = bg.MultivariateNormal(mu, tau, name="y").observe(_BASED + off)
+    r = bg.Model(y).fit("vmp", tol=1e-13)
+    return {"mean": mu.posterior.mean}, {"cov": mu.posterior.cov, "rate": tau.posterior.params["rate"]}, r
+
+
+def _latent_chain(off):
+    mu = bg.Normal(off, 1e-4, name="mu")
+    x = bg.Normal(mu, 1.0, plates=(_N,), name="x")
+    y = bg.Normal(x, 4.0, name="y").observe(_BASE1 + off)
+    r = bg.Model(y).fit("vmp", tol=1e-13)
+    return {"mu": mu.posterior.mean, "x": x.posterior.mean}, {"var": x.posterior.var}, r
+
+
+def _normal_gamma_mixture(off):
+    z = bg.Categorical(bg.Dirichlet(np.ones(2), name="w"), plates=(_N,), name="z")
+    th = bg.NormalGamma(np.array([off - 1, off + 1]), 0.1, 1.0, 1.0, name="th")
+    y = bg.Mixture(z, bg.Normal, th, name="y").observe(_BASE1 + off)
+    r = bg.Model(y).fit("vmp", seed=1, tol=1e-12)
+    p = th.posterior.params
+    return {"mean": p["mean"]}, {"rate": p["rate"], "beta": p["beta"]}, r
+
+
+def _mvn_wishart_mixture(off):
+    z = bg.Categorical(bg.Dirichlet(np.ones(2), name="w"), plates=(_N,), name="z")
+    mu = bg.MultivariateNormal(np.full(_D, off), 1e-2 * np.eye(_D), plates=(2,), name="mu")
+    L = bg.Wishart(_D + 1.0, np.eye(_D), plates=(2,), name="L")
+    y = bg.Mixture(z, bg.MultivariateNormal, mu, L, name="y").observe(_BASED + off)
+    r = bg.Model(y).fit("vmp", seed=1, tol=1e-12)
+    return {"mean": mu.posterior.mean}, {"scale": L.posterior.params["scale"]}, r
+
+
+@pytest.mark.parametrize("build", [_gathered_means, _diagonal_gamma, _latent_chain,
+                                   _normal_gamma_mixture, _mvn_wishart_mixture],
+                         ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("offset", [1e6, 1e8])
+def test_fits_are_translation_equivariant(build, offset):
+    """The same data moved by an offset: locations move by it, everything else stays (to 1e-9;
+    a location to 1e-9 of its size plus a few units in the last place of the offset)."""
+    loc0, rest0, fit0 = build(0.0)
+    loc1, rest1, fit1 = build(offset)
+    ulp = np.spacing(offset)
+    for k in loc0:
+        close(loc1[k] - offset, loc0[k], scale=4 * ulp / RTOL, what=k)
+    for k in rest0:
+        close(rest1[k], rest0[k], scale=1e-12, what=k)
+    assert abs(fit1.n_iter - fit0.n_iter) <= 1
+    close(fit1.elbo, fit0.elbo, scale=1.0, what="ELBO")
