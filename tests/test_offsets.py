@@ -444,3 +444,16 @@ def test_fits_are_translation_equivariant(build, offset):
         close(rest1[k], rest0[k], scale=1e-12, what=k)
     assert abs(fit1.n_iter - fit0.n_iter) <= 1
     close(fit1.elbo, fit0.elbo, scale=1.0, what="ELBO")
+
+
+def test_a_gather_whose_source_has_as_many_entries_as_the_data_keeps_one_coordinate_system():
+    """mu[g] with g a permutation and len(mu) == len(x): a per-entry shift of the data would
+    not be the gathered source's; each mu_j must still get its own datum."""
+    g = np.array([4, 3, 2, 1, 0])
+    x = 1e8 + np.arange(5) * 1e3 + np.random.default_rng(0).normal(size=5)
+    mu = bg.Normal(1e8, 1e-8, plates=(5,), name="mu")
+    y = bg.Normal(mu[g], 1.0, name="y").observe(x)
+    _fit(y, "conjugate")
+    want = (1e-8 * 1e8 + x[np.argsort(g)]) / (1.0 + 1e-8)
+    close(mu.posterior.mean, want, scale=1.0)
+    close(mu.posterior.params["precision"], np.full(5, 1.0 + 1e-8))

@@ -146,6 +146,9 @@ def _k_axes(members, edges, anchor, consts):
     ref = tuple(anchor.plates)
     k = len(ref)
     plates = [(tuple(n.plates), flag.get(n)) for n in members]
+    # a gather picks entries of its source's first axis: c must not vary along it
+    plates += [((-1,) + tuple(n.source.plates[1:]), flag.get(n.source)) for n in members
+               if isinstance(n, Gather)]
     # (a constant component parameter of a mixture: the statistics-matrix path reads its
     # moments with the parameters' plates; elsewhere constants broadcast)
     plates += [(tuple(c.plates), True) for c, child, mix in consts if mix]
