@@ -457,3 +457,26 @@ def test_a_gather_whose_source_has_as_many_entries_as_the_data_keeps_one_coordin
     want = (1e-8 * 1e8 + x[np.argsort(g)]) / (1.0 + 1e-8)
     close(mu.posterior.mean, want, scale=1.0)
     close(mu.posterior.params["precision"], np.full(5, 1.0 + 1e-8))
+
+
+@SETTINGS
+@given(n=st.sampled_from([1, 3, 40]), p=st.integers(1, 3), seed=st.integers(0, 10 ** 6),
+       method=st.sampled_from(["conjugate", "vmp"]))
+def test_normal_wishart_plates_with_an_offset_per_plate_entry(n, p, seed, method):
+    """NormalWishart plates (P,) over (N, P, 2) data, each plate entry (and coordinate) at its
+    own offset and spread, rows masked at random: each entry equals its closed form."""
+    rng = np.random.default_rng(seed)
+    offs = rng.choice([0.0, 1e5, -1e7, 1e8], size=(p, 2))
+    scs = rng.choice([1e-3, 1.0], size=p)
+    X = offs + scs[:, None] * rng.standard_normal((n, p, 2))
+    mask = rng.random((n, p)) < 0.7
+    mask[0] = True
+    W0 = np.eye(2) / scs[:, None, None] ** 2
+    th = bg.NormalWishart(offs, 0.5, 3.0, W0, name="th")
+    y = bg.MultivariateNormal(th, name="y").observe(np.where(mask[..., None], X, np.nan), mask=mask)
+    _fit(y, method)
+    post = th.posterior.params
+    for j in range(p):
+        ref = cf.normal_wishart(X[mask[:, j], j], offs[j], 0.5, 3.0, W0[j]).params
+        for k, v in ref.items():
+            close(post[k][j], v, scale=scs[j] if k == "mean" else 0.0, what=f"{k}[{j}]")
