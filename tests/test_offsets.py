@@ -480,3 +480,18 @@ def test_normal_wishart_plates_with_an_offset_per_plate_entry(n, p, seed, method
         ref = cf.normal_wishart(X[mask[:, j], j], offs[j], 0.5, 3.0, W0[j]).params
         for k, v in ref.items():
             close(post[k][j], v, scale=scs[j] if k == "mean" else 0.0, what=f"{k}[{j}]")
+
+
+@pytest.mark.parametrize("method", ["em", "svi"])
+def test_zoo_gmm_em_and_svi_at_1e8_equal_the_fit_at_zero(method):
+    from blrgraph.zoo import gmm
+    out = {}
+    for offset in (0.0, 1e8):
+        model = gmm.build(_two_clusters(offset, n=400), k=2, covariance="full")
+        opts = model.meta["fit_options_by_method"]["svi"] if method == "svi" else {}
+        fit = model.fit(method, seed=0, **opts)
+        nw = [n for n in model.latent if type(n.family).__name__ == "NormalWishart"][0]
+        out[offset] = (fit.elbo, nw.posterior.params)
+    close(out[1e8][0], out[0.0][0], rtol=1e-7, what="objective")
+    close(out[1e8][1]["mean"] - 1e8, out[0.0][1]["mean"], rtol=1e-6, scale=1.0, what="means")
+    close(out[1e8][1]["scale"], out[0.0][1]["scale"], rtol=1e-6, scale=1e-3, what="scales")
