@@ -495,3 +495,22 @@ def test_zoo_gmm_em_and_svi_at_1e8_equal_the_fit_at_zero(method):
     close(out[1e8][0], out[0.0][0], rtol=1e-7, what="objective")
     close(out[1e8][1]["mean"] - 1e8, out[0.0][1]["mean"], rtol=1e-6, scale=1.0, what="means")
     close(out[1e8][1]["scale"], out[0.0][1]["scale"], rtol=1e-6, scale=1e-3, what="scales")
+
+
+def test_a_prior_far_from_zero_with_a_small_rate_is_built_and_kept_exactly():
+    """NormalGamma(1e8, 1e-3, 2, 1e-6): lam3 = -(1e-6 + 5e12) has no room for the rate; the
+    prior is centred on its own mean, with or without data below it."""
+    th = bg.NormalGamma(np.array([1e8, -2e8]), 1e-3, 2.0, 1e-6, name="th")
+    tau = bg.Gamma(1.0, 1.0, name="tau")
+    y = bg.Normal(0.0, tau, name="y").observe(np.ones(3))
+    bg.Model(y, th).fit("vmp")
+    p = th.posterior.params
+    close(p["mean"], [1e8, -2e8])
+    close(p["rate"], [1e-6, 1e-6])
+    x, _ = data(5, 20, 1e8, 1e-3)
+    th = bg.NormalGamma(1e8, 1e-3, 2.0, 1e-6, name="th")
+    y = bg.Normal(th, name="y").observe(x)
+    _fit(y, "conjugate")
+    ref = cf.normal_gamma(x, 1e8, 1e-3, 2.0, 1e-6).params
+    for k, v in ref.items():
+        close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
