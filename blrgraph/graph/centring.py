@@ -214,7 +214,8 @@ def centre_model(model):
             anchor = max(data, key=lambda n: (np.size(n.value), -n.id))
             flag, k = _k_axes(members, edges, anchor, consts)
             c = _data_shift(anchor, k)
-        elif len(members) == 1 and isinstance(members[0].factor, FixedPrior):
+        elif not pinned and len(members) == 1 and \
+                isinstance(getattr(members[0], "factor", None), FixedPrior):
             continue       # a prior alone keeps its own mean as c (FixedPrior)
         elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
             own = [n.family.shift for n in members if n.stochastic and
