@@ -514,3 +514,24 @@ def test_a_prior_far_from_zero_with_a_small_rate_is_built_and_kept_exactly():
     ref = cf.normal_gamma(x, 1e8, 1e-3, 2.0, 1e-6).params
     for k, v in ref.items():
         close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
+
+
+def test_checkpoint_keeps_the_shift_and_converts_into_another(tmp_path):
+    x, _ = data(2, 200, 1e8, 1e-2)
+
+    def build(values):
+        th = bg.NormalGamma(1e8, 1.0, 1.0, 1e-4, name="th")
+        y = bg.Normal(th, name="y").observe(values)
+        return bg.Model(y), th
+
+    model, th = build(x)
+    model.fit("conjugate")
+    path = model.save(tmp_path / "run.npz")
+    same, th_same = build(x)
+    same.load(path)
+    assert np.array_equal(th_same.posterior.natural[2], th.posterior.natural[2])   # same c: bitwise
+    other, th_other = build(x + 5.0)                                               # another c
+    assert th_other.family.shift != th.family.shift
+    other.load(path)
+    for k, v in th.posterior.params.items():
+        close(th_other.posterior.params[k], v, what=k)
