@@ -76,7 +76,12 @@ class Constant(Node):
         super().__init__(name or "constant", value.shape[: value.ndim - family.value_ndim])
         self.value = value
         self.provides = family
-        self._moments = family.suff_stats(value)
+        self._moments = family.suff_stats(family.centre(value))
+
+    def set_family(self, family):
+        """Publish T of the value under ``family`` (a location shift, graph/centring.py)."""
+        self.provides = family
+        self._moments = family.suff_stats(family.centre(self.value))
 
     def moments(self):
         return self._moments
@@ -305,6 +310,7 @@ class Stochastic(Node):
         self.fitted = False
         self._moments = None
         self._obs_moments = None
+        self._centred = None
         self.nat = None
 
     # ---- data ---------------------------------------------------------------
@@ -373,13 +379,30 @@ class Stochastic(Node):
         from .inputs import check_batch
         return check_batch(self, rows)
 
+    def centred_value(self):
+        """The data in the family's centred coordinates (x - c, graph/centring.py): built
+        once per data array (kept while ``self.value`` is the same object); masked entries
+        hold 0. Without a shift, the data themselves."""
+        if self.value is None or getattr(self.family, "shift", None) is None:
+            return self.value
+        cached = getattr(self, "_centred", None)
+        if cached is not None and cached[0] is self.value and cached[1] is self.family:
+            return cached[2]
+        v = self.family.centre(self.value)
+        if self.mask is not None:
+            m = np.asarray(self.mask) != 0
+            m = m.reshape(m.shape + (1,) * (np.ndim(v) - m.ndim))
+            v = np.where(m, v, 0.0)
+        self._centred = (self.value, self.family, v)
+        return v
+
     def child_data(self):
         if self.observed:
-            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
-                             make_moments=self._observed_moments)
+            return ChildData(self.centred_value(), self._obs_moments, self.plates,
+                             self.family.value_ndim, make_moments=self._observed_moments)
         if self.point:
-            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
-                             self.plates, self.family.value_ndim)
+            return ChildData(self.family.centred_point_value(self.nat),
+                             self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
         return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
 
     def _observed_moments(self):
@@ -388,7 +411,7 @@ class Stochastic(Node):
             if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
-                self._obs_moments = self.family.suff_stats(self.value)
+                self._obs_moments = self.family.suff_stats(self.centred_value())
         return self._obs_moments
 
     def moments(self):

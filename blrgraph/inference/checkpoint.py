@@ -61,6 +61,8 @@ def save(model, path):
     for n in model.latent:
         for i, a in enumerate(n.nat):
             arrays[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
+        if getattr(n.family, "shift", None) is not None:   # the coordinates of nat (centring)
+            arrays[f"shift/{n.name}"] = np.array(n.family.shift, dtype=float)
     meta = {"format": FORMAT, "version": VERSION, "nodes": _signature(model),
             "point": [n.name for n in model.latent if n.point],
             "fitted": [n.name for n in model.latent if n.fitted], "svi": None, "fit": None}
@@ -108,6 +110,24 @@ def _read(path):
     return meta, data
 
 
+def _in_current_coordinates(node, nat, shift):
+    """Natural parameters saved relative to location shift ``shift`` (None: none, as in
+    files written before shifts existed) -> relative to the node's current shift
+    (docs/dev/numerics.md). Unchanged when the two agree."""
+    cur = getattr(node.family, "shift", None)
+    if shift is None and cur is None or (shift is not None and cur is not None and
+                                         np.shape(shift) == np.shape(cur) and
+                                         np.array_equal(shift, cur)):
+        return nat
+    try:
+        params = node.family.with_shift(shift).params_from_natural(nat)
+        return tuple(np.asarray(a, dtype=float) for a in node.family.natural_from_params(
+            *[params[p] for p in node.family.param_names]))
+    except (ValueError, np.linalg.LinAlgError) as e:
+        raise ValueError(f"node '{node.name}': the saved natural parameters are outside the "
+                         f"natural parameter space ({e})") from None
+
+
 def load(model, path):
     """Restore what :func:`save` wrote into ``model`` (declared the same way).
     Validates everything first: on any error the model is unchanged."""
@@ -145,7 +165,7 @@ def load(model, path):
         if not all(np.all(np.isfinite(a)) for a in arrs):
             raise ValueError(f"{path}: node '{n.name}' has non-finite natural parameters")
         _check_space(path, n, arrs)
-        new[n] = arrs
+        new[n] = _in_current_coordinates(n, tuple(arrs), data.get(f"shift/{n.name}"))
     svi = _svi_state(path, meta.get("svi"), data)
     # everything checked: now change the model
     for n, nat in new.items():
