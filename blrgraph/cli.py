@@ -232,19 +232,14 @@ def full_elbo(fit):
 
 
 def _fit(model, method, seed, restarts, fit_options, out):
-    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it; after
-    SVI the ELBO on all the data, not the noisy minibatch estimate)."""
-    seeds = [seed + i for i in range(max(1, restarts))]
-    if len(seeds) > 1:
-        scores = []
-        for s in seeds:
-            f = model.fit(method, seed=s, **fit_options)
-            score = full_elbo(f)
-            score = f.elbo if score is None else score
-            scores.append(score)
-            print(f"  restart seed {s}: ELBO {score:.6f}", file=out)
-        seed = seeds[int(np.argmax(scores))]
-    return model.fit(method, seed=seed, **fit_options), seed
+    """Fit with the engine's ``restarts`` (the best start by ELBO, on all the data after
+    SVI); prints every start's ELBO. Returns (fit, the seed of the start kept)."""
+    if restarts <= 1:
+        return model.fit(method, seed=seed, **fit_options), seed
+    fit = model.fit(method, seed=seed, restarts=restarts, **fit_options)
+    for s, e in zip(fit.restart_seeds, fit.restart_elbos):
+        print(f"  restart seed {s}: ELBO {e:.6f}", file=out)
+    return fit, fit.restart_seeds[fit.best_restart]
 
 
 def _print_table(df, out):
