@@ -264,18 +264,13 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
                    **{k: v for k, v in (fit_overrides or {}).items()
                       if k in ("batch_size", "epochs")})
     _check_overrides(method, fit_overrides)        # before the (possibly long) build
+    if progress is None:
+        progress = stderr.isatty() if hasattr(stderr, "isatty") else False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = _call_model(module, "build", module.build, data, **options)
-        from blrgraph.model import Model
-        if not isinstance(model, Model):
-            raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
-                           f"blrgraph Model; end build with 'return bg.Model(...)'")
-        meta = getattr(model, "meta", {}) or {}
-        fit_options = _override(fit_options_for(meta, method), method, max_iter, tol,
-                                fit_overrides)
-        if progress is None:
-            progress = stderr.isatty() if hasattr(stderr, "isatty") else False
+        model = _build(module, data, options)
+        fit_options = _override(fit_options_for(getattr(model, "meta", {}) or {}, method),
+                                method, max_iter, tol, fit_overrides)
         if progress:
             fit_options["progress"] = True
         print(f"blrgraph: fitting {module.MODEL_NAME} to {data_label or data} "
@@ -286,39 +281,58 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
             summary = summary.reset_index()
     for w in caught:
         print(f"blrgraph: warning: {w.message}", file=stderr)
-
-    print(file=stdout)
-    _print_table(summary, stdout)
-    print(file=stdout)
-    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
-    elbo_all = None
-    if getattr(fit, "estimate", False):
-        state = getattr(fit.model, "svi_state", None) or {}
-        size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
-                if "batch_size" in state else "")
-        print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
-              f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
-        elbo_all = full_elbo(fit)
-        if elbo_all is not None:
-            print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
-        what = f"{what} estimate"
-    else:
-        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
-        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
-              file=stdout)
+    what, elbo_all = _report(fit, summary, stdout)
     if after_summary is not None:
         after_summary(fit, stdout)
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "summary.csv", out / "summary.json"]
-    summary.to_csv(written[0], index=False)
     record = {"model": module.MODEL_NAME, "data": str(data_label or data), "options": options,
               "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
               "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
               "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,
               "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
+    written = _write(module, fit, summary, record, what, Path(out_dir), plots, stderr)
+    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
+    return fit, summary
+
+
+def _build(module, data, options):
+    """The model file's ``build(data, **options)``, which must return a Model."""
+    model = _call_model(module, "build", module.build, data, **options)
+    from blrgraph.model import Model
+    if not isinstance(model, Model):
+        raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
+                       f"blrgraph Model; end build with 'return bg.Model(...)'")
+    return model
+
+
+def _report(fit, summary, stdout):
+    """Print the summary table and the objective; returns (its name, the ELBO on all the
+    data after SVI or None)."""
+    print(file=stdout)
+    _print_table(summary, stdout)
+    print(file=stdout)
+    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
+    if not getattr(fit, "estimate", False):
+        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
+        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
+              file=stdout)
+        return what, None
+    state = getattr(fit.model, "svi_state", None) or {}
+    size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
+            if "batch_size" in state else "")
+    print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
+          f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
+    elbo_all = full_elbo(fit)
+    if elbo_all is not None:
+        print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
+    return f"{what} estimate", elbo_all
+
+
+def _write(module, fit, summary, record, what, out, plots, stderr):
+    """summary.csv, summary.json, the ELBO plot and the model's own outputs; returns paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv", out / "summary.json"]
+    summary.to_csv(written[0], index=False)
     from blrgraph.io import jsonable
     written[1].write_text(json.dumps(jsonable(record), indent=2) + "\n")
     if plots:
@@ -341,8 +355,7 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
                                                 fit, out))
             except ImportError as e:
                 print(f"blrgraph: warning: some outputs skipped: {e}", file=stderr)
-    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
-    return fit, summary
+    return written
 
 
 #: errors a zoo model raises on purpose, with a message for the user (they pass unchanged)
