@@ -393,11 +393,51 @@ class Stochastic(Node):
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
+    # ---- entries that integrate out -----------------------------------------
+    def observed_entries(self):
+        """Which entries of a latent node have an observed descendant: a 0/1 float array
+        of its plates, or None when every entry has one (or for data and point masses).
+
+        An entry none of whose descendants is observed (a fully masked row's mixture
+        assignment, a latent leaf) integrates out exactly: sum_x p(x | parents) = 1. It
+        sends no message to its parents and adds nothing to the ELBO (weight 0 in
+        :meth:`message_weight` and :meth:`elbo_term`; its KL from the prior is exactly 0
+        rather than rounded to 0), so a masked entry is the same as an entry left out.
+        An entry counts as observed when a child reaches it through a deterministic node
+        (Gather, Dot) or a mixture's component slot (conservative: the old weights)."""
+        if self.observed or self.point:
+            return None
+        key = [self.plates]
+        parts = []
+        for c in self.children:
+            if c.deterministic or not c.stochastic:
+                return None
+            w = c.message_weight(self)
+            if w is None:
+                return None
+            key.append(w)
+            parts.append((c, w))
+        memo = self.__dict__.get("_observed_memo")
+        if memo is not None and len(memo[0]) == len(key) and memo[0][0] == key[0] and \
+                all(a is b for a, b in zip(memo[0][1:], key[1:])):
+            return memo[1]
+        seen = np.zeros(self.plates, dtype=bool)
+        for c, w in parts:
+            got = _entries_reached(c, self, np.asarray(w) != 0)
+            if got is None:
+                seen = None
+                break
+            seen |= got
+        out = None if seen is None or seen.all() else seen.astype(float)
+        self._observed_memo = (key, out)
+        return out
+
     # ---- messages -----------------------------------------------------------
     def message_weight(self, parent):
         """Per-entry weight of this node's messages to ``parent``: mask x counts
-        (counts are left out when the parent stands for the same copies)."""
-        w = self.mask
+        (counts are left out when the parent stands for the same copies); for a latent
+        node, 0 on the entries that integrate out (:meth:`observed_entries`)."""
+        w = self.mask if self.observed else self.observed_entries()
         if self.replicates is not None and parent.replicates is not self.replicates:
             w = self.replicates if w is None else w * self.replicates
         return w
@@ -443,13 +483,39 @@ class Stochastic(Node):
         summed over entries with weights mask x counts."""
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
-        w = self.mask
+        w = self.mask if self.observed else self.observed_entries()
         if self.replicates is not None:
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
         if not self.observed and not self.point:
             total += _weighted_sum(self.entropy(), w, self.plates)
         return total
+
+
+def _entries_reached(child, node, seen):
+    """The entries of ``node`` (a parent of ``child``) that some entry of ``child`` marked
+    in ``seen`` (bool, child's plates) depends on, as a bool array of node's plates; None
+    when that cannot be told entry by entry (then every entry counts as reached)."""
+    cplates = tuple(child.plates)
+    seen = np.broadcast_to(seen, cplates)
+    mixture = getattr(child.factor, "component", None) is not None
+    out = None
+    for i, p in enumerate(child.factor.parents):
+        if p is not node:
+            continue
+        if mixture and i > 0:   # component parameters: every row may belong to component k
+            got = np.full(node.plates, bool(seen.any()))
+        else:
+            plates = tuple(node.plates)
+            if len(plates) > len(cplates):
+                return None
+            pad = (1,) * (len(cplates) - len(plates)) + plates
+            if any(a not in (1, b) for a, b in zip(pad, cplates)):
+                return None
+            axes = tuple(j for j, (a, b) in enumerate(zip(pad, cplates)) if a != b)
+            got = seen.any(axis=axes, keepdims=True).reshape(plates) if axes else seen.reshape(plates)
+        out = got if out is None else out | got
+    return out
 
 
 def _weighted_sum(values, w, plates):
