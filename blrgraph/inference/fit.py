@@ -10,6 +10,7 @@ from .blr import blr_step, reset_to_prior
 from .elbo import elbo
 from .methods import get_method
 from .result import FitResult
+from .tolerance import elbo_rounding
 
 
 def check_method(model, cfg):
@@ -430,7 +431,7 @@ class _Damping:
         """True to keep the sweep; False after undoing it (rho halved)."""
         if not self.active:
             return True
-        if self.monotone and prev is not None and L < prev - 1e-9 * abs(prev):
+        if self.monotone and prev is not None and L < prev - elbo_rounding(self.model, prev, L):
             if not self._restore_and_halve():
                 raise FloatingPointError(
                     f"non-conjugate VMP cannot raise the ELBO at iteration {it} even with rho "
