@@ -35,6 +35,14 @@ class MultivariateNormal(ExponentialFamily):
     param_names = ("mean", "precision")
     event_ndims = (1, 2)
     value_ndim = 1
+    carries_precision = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape[:-1], bool), "real vectors"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
     symmetric_stats = (1,)  # x x^T
 
     # ---- parameterisations -------------------------------------------------

@@ -31,6 +31,14 @@ class Normal(ExponentialFamily):
     param_names = ("mean", "precision")
     event_ndims = (0, 0)
     value_ndim = 0
+    carries_precision = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape, bool), "real values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):

@@ -318,7 +318,7 @@ class Stochastic(Node):
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
         if self._obs_moments is None:
-            if type(self.family).__name__ == "Categorical" and self.family.K is None:
+            if self.family.is_label and getattr(self.family, "K", None) is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
                 self._obs_moments = self.family.suff_stats(self.value)
