@@ -112,7 +112,9 @@ def _data_mean_cov(X, mask):
         C = np.atleast_2d(np.cov(X[complete].T))
     else:
         C = np.diag(var)
-    C = C + 1e-6 * np.mean(np.diag(C)) * np.eye(D)    # a constant column would be singular
+    # a constant column would be singular: a jitter on each column's own scale (one shared
+    # jitter, 1e-6 x the mean variance, swamped a column whose scale is far below the others')
+    C = C + 1e-6 * np.diag(var)
     return m0, C
 
 
