@@ -61,6 +61,24 @@ def _event_shape(node):
     return tuple(shape[len(shape) - vnd:])
 
 
+def _observe_cells(node, x, cells, weights):
+    """Vectors with a per-coordinate mask (``cell_masks`` families): an entry is observed
+    if any coordinate is; in a partly observed entry the missing coordinates are stored
+    as NaN and integrate out as latent variables (``Conditional.complete``)."""
+    bad = cells & ~np.isfinite(x)
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{node.label()}: cell {first} is marked observed but is NaN/inf; set "
+                         f"mask False there")
+    m = cells.any(axis=-1)
+    x = x.copy()
+    x[~m] = node.family.placeholder(x.shape[-1:])
+    x[~cells & m[..., None]] = np.nan
+    value, m2, w = prepare_observation(node, np.where(np.isnan(x), 0.0, x), m, weights)
+    value = np.where(np.isnan(x), np.nan, value)
+    return value, m2, w
+
+
 def prepare_observation(node, data, mask, weights):
     """Validate and return (value, mask or None, weights or None) for ``node.observe``."""
     if not node.family.observable:
@@ -103,6 +121,8 @@ def prepare_observation(node, data, mask, weights):
         m = np.asarray(mask)
         if m.dtype != bool:
             raise TypeError(f"{node.label()}: mask must be a boolean array (True = observed), got {m.dtype}")
+        if vnd == 1 and getattr(node.family, "cell_masks", False) and m.shape == x.shape:
+            return _observe_cells(node, x, m, weights)
         try:
             m = np.broadcast_to(m, dplates).copy()
         except ValueError:

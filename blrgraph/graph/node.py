@@ -121,14 +121,17 @@ class ChildData:
     Categorical child is used through its labels, and its one-hot T(x)
     (entries x K, e.g. tokens x vocabulary) is only built if a factor asks."""
 
-    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim")
+    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim", "cells")
 
-    def __init__(self, value, moments, plates, value_ndim, make_moments=None):
+    def __init__(self, value, moments, plates, value_ndim, make_moments=None, cells=None):
         self.value = value
         self._moments = moments
         self._make = make_moments
         self.plates = tuple(plates)
         self.value_ndim = value_ndim
+        # per-coordinate observed flags of partly observed vectors (None: every entry whole);
+        # a factor completes such data with Conditional.complete before using it
+        self.cells = cells
 
     @property
     def moments(self):
@@ -142,12 +145,13 @@ class ChildData:
             a = np.asarray(a)
             return np.expand_dims(a, a.ndim - k)
         value = None if self.value is None else ins(self.value, self.value_ndim)
+        cells = None if self.cells is None else ins(self.cells, self.value_ndim)
         if self._moments is None and self._make is not None:
             return ChildData(value, None, self.plates + (1,), self.value_ndim, make_moments=lambda: tuple(
-                ins(m, k) for m, k in zip(self.moments, event_ndims)))
+                ins(m, k) for m, k in zip(self.moments, event_ndims)), cells=cells)
         moments = None if self._moments is None else tuple(
             ins(m, k) for m, k in zip(self._moments, event_ndims))
-        return ChildData(value, moments, self.plates + (1,), self.value_ndim)
+        return ChildData(value, moments, self.plates + (1,), self.value_ndim, cells=cells)
 
 
 class Posterior:
@@ -306,10 +310,24 @@ class Stochastic(Node):
         from .data import prepare_observation
         return prepare_observation(self, self.source.read(rows), None, None)
 
+    def cells(self):
+        """Per-coordinate observed flags (plates + (D,)) of data whose vectors are partly
+        observed (``observe(X, mask)`` with a mask of X's shape stores their missing
+        coordinates as NaN), or None. Kept while the data array is the same."""
+        v = self.value
+        memo = self.__dict__.get("_cells_memo")
+        if memo is None or memo[0] is not v:
+            c = None
+            if v is not None and getattr(self.family, "cell_masks", False):
+                nan = np.isnan(v)
+                c = ~nan if nan.any() else None
+            self._cells_memo = memo = (v, c)
+        return memo[1]
+
     def child_data(self):
         if self.observed:
             return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
-                             make_moments=self._observed_moments)
+                             make_moments=self._observed_moments, cells=self.cells())
         if self.point:
             return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
                              self.plates, self.family.value_ndim)
@@ -453,7 +471,7 @@ class Stochastic(Node):
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
             if m is not None:
                 return m
-        x = self.child_data()
+        x, _ = self.factor.complete(self.child_data(), u)
         total = None
         for i, p in enumerate(self.factor.parents):
             if p is parent:
