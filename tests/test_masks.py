@@ -324,3 +324,34 @@ def test_partial_rows_improve_held_out_fit_over_complete_rows_only():
         X, cells = _vectors(n=200, seed=seed, frac=0.3)
         gains.append(held_out(np.where(cells, X, np.nan)) - held_out(X[cells.all(axis=1)]))
     assert np.mean(gains) > 0.02 and np.sum(np.array(gains) > 0) >= 6
+
+
+def test_masked_rows_with_counts_equal_the_subset():
+    """weights= (counts) and a mask together: the masked rows still drop out exactly."""
+    r = np.random.default_rng(8)
+    n = 70
+    x = np.concatenate([r.normal(-3, 1, 35), r.normal(3, 1, 35)])
+    counts = r.integers(1, 4, n).astype(float)
+    keep = r.random(n) > 0.3
+    start = r.dirichlet(np.ones(K), size=n)
+
+    def run(rows, masked):
+        z = bg.Categorical(bg.Dirichlet(np.ones(K), name="w"), plates=(len(rows),), name="z")
+        th = bg.NormalGamma(0.0, 0.01, 1.0, 1.0, plates=(K,), name="th")
+        y = bg.Mixture(z, bg.Normal, th, name="y")
+        y.observe(np.where(keep, x, np.nan)[rows], mask=keep[rows] if masked else None,
+                  weights=counts[rows])
+        m = bg.Model(y)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fitmod, "start_assignment",
+                       lambda model, node, rng, init: node.set_natural((np.log(start[rows]),)))
+            f = m.fit("vmp", max_iter=10, tol=0)
+        return f, m
+
+    f_all, m_all = run(np.arange(n), True)
+    f_sub, m_sub = run(np.flatnonzero(keep), False)
+    np.testing.assert_allclose(f_all.elbo_trace, f_sub.elbo_trace, rtol=1e-10)
+    for name in ("w", "th"):
+        for a, b in zip(m_all[name].posterior.natural, m_sub[name].posterior.natural):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
+    assert m_all["w"].posterior.params["alpha"].sum() == pytest.approx(K + counts[keep].sum())

@@ -336,6 +336,10 @@ class Stochastic(Node):
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
         if self._obs_moments is None:
+            if self.cells() is not None:
+                raise ValueError(f"{self.label()}: its vectors are partly observed (a per-coordinate "
+                                 f"mask); their statistics depend on the parameters, so they are "
+                                 f"only used as the data of its own factor, not as a parent's value")
             if self.family.is_label and getattr(self.family, "K", None) is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
@@ -430,18 +434,25 @@ class Stochastic(Node):
         for c in self.children:
             if c.deterministic or not c.stochastic:
                 return None
-            w = c.message_weight(self)
-            if w is None:
+            # the factors of c's message weight to self (message_weight), without building it
+            own = c.mask if c.observed else c.observed_entries()
+            rep = c.replicates if c.replicates is not None and c.replicates is not self.replicates \
+                else None
+            if own is None and rep is None:
                 return None
-            key.append(w)
-            parts.append((c, w))
+            key += [own, rep]
+            parts.append((c, own, rep))
         memo = self.__dict__.get("_observed_memo")
         if memo is not None and len(memo[0]) == len(key) and memo[0][0] == key[0] and \
                 all(a is b for a, b in zip(memo[0][1:], key[1:])):
             return memo[1]
         seen = np.zeros(self.plates, dtype=bool)
-        for c, w in parts:
-            got = _entries_reached(c, self, np.asarray(w) != 0)
+        for c, own, rep in parts:
+            nz = np.ones(c.plates, dtype=bool)
+            for a in (own, rep):
+                if a is not None:
+                    nz = nz & (np.asarray(a) != 0)
+            got = _entries_reached(c, self, nz)
             if got is None:
                 seen = None
                 break
