@@ -64,12 +64,14 @@ def _node_magnitude(node):
     f = node.factor
     fam = node.family
     u = [p.moments() for p in f.parents]
-    x = node.child_data()
+    x, H = f.complete(node.child_data(), u)
     w = node.mask if node.observed else node.observed_entries()
     if node.replicates is not None:
         w = node.replicates if w is None else w * node.replicates
     per = _abs_inner(f.prior_natural(u), x.moments, fam.event_ndims) \
         + np.abs(f.expected_log_partition(u)) + np.abs(f.log_base_measure(x))
+    if H is not None:
+        per = per + np.abs(H)
     if not node.observed and not node.point and node.nat is not None:
         per = per + np.abs(fam.log_partition(node.nat)) \
             + _abs_inner(node.nat, node.moments(), fam.event_ndims)
