@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
-import warnings
 
 import numpy as np
 import pytest

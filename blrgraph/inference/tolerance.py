@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..families.base import inner
 from ..graph.node import _weighted_sum
 
 #: a relative change of the ELBO below this is never taken for a decrease
