@@ -9,8 +9,6 @@ Partially masked rows of a multi-column mixture keep counting.
 """
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +16,6 @@ from hypothesis import strategies as st
 
 import blrgraph as bg
 
-fitmod = importlib.import_module("blrgraph.inference.fit")
 K = 3
 
 
@@ -75,10 +72,7 @@ def _fit(kind, n, keep, seed, iters, rows_mask=None):
     y.observe(x if rows_mask is None else np.where(
         rows_mask.reshape(rows_mask.shape + (1,) * (x.ndim - 1)), x, np.nan), mask=rows_mask)
     model = bg.Model(y)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fitmod, "start_assignment",
-                   lambda model, node, rng, init: node.set_natural((np.log(start),)))
-        fit = model.fit("vmp", seed=seed, max_iter=iters, tol=0)
+    fit = model.fit("vmp", init=start, seed=seed, max_iter=iters, tol=0)
     return fit, model, ["w"] + names
 
 
@@ -342,11 +336,7 @@ def test_masked_rows_with_counts_equal_the_subset():
         y.observe(np.where(keep, x, np.nan)[rows], mask=keep[rows] if masked else None,
                   weights=counts[rows])
         m = bg.Model(y)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(fitmod, "start_assignment",
-                       lambda model, node, rng, init: node.set_natural((np.log(start[rows]),)))
-            f = m.fit("vmp", max_iter=10, tol=0)
-        return f, m
+        return m.fit("vmp", init=start[rows], max_iter=10, tol=0), m
 
     f_all, m_all = run(np.arange(n), True)
     f_sub, m_sub = run(np.flatnonzero(keep), False)

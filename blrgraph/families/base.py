@@ -51,11 +51,12 @@ class ExponentialFamily:
     #: observe its child instead)
     observable = True
     #: True when a value is a category label 0..K-1 (stored as integers; T(x) one-hot,
-    #: K from the parameters)
+    #: K from the parameters; its first statistic is not the value)
     is_label = False
-    #: True when the natural parameters carry a precision that must stay positive
-    #: definite (-2 lam[1] for Normal and MultivariateNormal): the BLR step's safeguard
-    carries_precision = False
+    #: True when a value is a symmetric matrix (Wishart): observe refuses asymmetric data
+    #: with a message of its own (graph/inputs.py). (Whether natural parameters hold a
+    #: positive-definite precision is the method :meth:`precision_is_pd`.)
+    symmetric_values = False
 
     def check_support(self, x, components=False, categories=None):
         """Which values of ``x`` (shape plates + value shape, every entry finite) are not
@@ -143,6 +144,12 @@ class ExponentialFamily:
     def mode(self, nat):
         """argmax of h(x) exp(<lam, T(x)>) (the MAP point used by EM)."""
         raise NotImplementedError
+
+    def precision_is_pd(self, nat):
+        """Do natural parameters ``nat`` hold a positive-definite precision? (the BLR
+        step's safeguard: a non-log-concave factor can send an indefinite expected
+        Hessian). True for families that carry no precision."""
+        return True
 
     def point_value(self, nat):
         """The mode as a value (what data of this family look like)."""

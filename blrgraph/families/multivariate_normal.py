@@ -36,7 +36,6 @@ class MultivariateNormal(ExponentialFamily):
     event_ndims = (1, 2)
     value_ndim = 1
     symmetric_stats = (1,)  # x x^T
-    carries_precision = True
     #: a value's coordinates may be missing one by one (observe(X, mask) with a mask of X's
     #: shape): the missing ones are latent, see :meth:`complete_cells`
     cell_masks = True
@@ -182,6 +181,14 @@ class MultivariateNormal(ExponentialFamily):
 
     def mode(self, nat):
         return self._unpack(nat)[0]
+
+    def precision_is_pd(self, nat):
+        P = -2.0 * np.asarray(nat[1])
+        try:
+            np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
+        except np.linalg.LinAlgError:
+            return False
+        return True
 
     def to_scipy(self, nat):
         from scipy import stats

@@ -31,7 +31,6 @@ class Normal(ExponentialFamily):
     param_names = ("mean", "precision")
     event_ndims = (0, 0)
     value_ndim = 0
-    carries_precision = True
 
     def check_support(self, x, components=False, categories=None):
         x = np.asarray(x, dtype=float)
@@ -104,6 +103,9 @@ class Normal(ExponentialFamily):
 
     def mode(self, nat):
         return self.mean(nat)
+
+    def precision_is_pd(self, nat):
+        return bool(np.all(-2.0 * np.asarray(nat[1]) > 0))
 
     def to_scipy(self, nat):
         m, s = self._ms(nat)

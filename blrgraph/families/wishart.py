@@ -192,6 +192,7 @@ class Wishart(ExponentialFamily):
     param_names = ("dof", "scale")
     event_ndims = (2, 0)
     value_ndim = 2
+    symmetric_values = True
 
     def check_support(self, x, components=False, categories=None):
         x = np.asarray(x, dtype=float)

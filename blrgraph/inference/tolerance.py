@@ -5,7 +5,7 @@ on a log link), each the difference of numbers far larger than the result: with 
 of 5e8 the pieces are ~1e10 per entry while the ELBO is ~-600 in all. Rounding then moves
 the ELBO by about eps x (the sum of the pieces' magnitudes), far more than a relative
 1e-9 of the ELBO itself. A test "did the ELBO go down?" must allow for that
-(``fit._Damping.accept``, NCVMP's backtracking; docs/ncvmp.md).
+(``steps.Backtracking.accept``, NCVMP's backtracking; docs/ncvmp.md).
 """
 from __future__ import annotations
 
@@ -26,10 +26,13 @@ def elbo_rounding(model, prev, new=None):
     ``RELATIVE * |prev|``, raised to ``ULPS * eps * elbo_magnitude(model)`` when that is
     larger. The magnitude costs one pass over the factors, so it is computed only when
     ``new`` (if given) is below ``prev`` by more than the relative part."""
+    if not np.isfinite(prev):
+        return 0.0
     rel = RELATIVE * abs(prev)
     if new is not None and not new < prev - rel:
         return rel
-    return max(rel, ULPS * EPS * elbo_magnitude(model))
+    mag = elbo_magnitude(model)
+    return max(rel, ULPS * EPS * mag) if np.isfinite(mag) else rel
 
 
 def elbo_magnitude(model):
