@@ -4,6 +4,8 @@
                                [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
                                [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
+                               [--save FIT.npz]
+    blrgraph predict FIT.npz NEW.csv [--out DIR]
     blrgraph demo [--out demo-output] [--k 3] [--seed 2] [--method svi ...]
     blrgraph models
 
@@ -452,10 +454,65 @@ def cmd_fit(args, stdout, stderr):
         raise CLIError(f"data file '{args.data}' not found")
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
-    run(module, table, options, method=args.method, seed=args.seed, restarts=args.restarts,
-        max_iter=args.max_iter, tol=args.tol, fit_overrides=_fit_overrides(args),
-        out_dir=args.out, plots=not args.no_plots,
-        progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        _check_predictable(module)            # before the (possibly long) fit
+    fit, _ = run(module, table, options, method=args.method, seed=args.seed,
+                 restarts=args.restarts, max_iter=args.max_iter, tol=args.tol,
+                 fit_overrides=_fit_overrides(args), out_dir=args.out, plots=not args.no_plots,
+                 progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        save_for_predict(module, fit, args.save, options, args.model, stdout)
+    return 0
+
+
+# ---- saved fits and predictions on new rows (docs/predict.md) -------------------------------
+def save_for_predict(module, fit, path, options, spec, stdout):
+    """``fit --save FIT.npz``: the global posteriors and the model's plain settings
+    (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
+    from blrgraph.saved import save_fit
+    _check_predictable(module)
+    zoo = zoo_models()
+    name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
+        str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
+    save_fit(fit, path, model=name, options=options, method=fit.method)
+    print(f"saved the fit for prediction: {path}  (blrgraph predict {path} NEW.csv)", file=stdout)
+
+
+def _check_predictable(module):
+    if not callable(getattr(module, "predict_table", None)):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data); "
+                       f"--save writes fits for 'blrgraph predict', which needs it")
+
+
+def cmd_predict(args, stdout, stderr):
+    from blrgraph import io
+    from blrgraph.saved import load_fit
+    if not Path(args.fit).is_file():
+        raise CLIError(f"fit file '{args.fit}' not found (write one with 'blrgraph fit MODEL "
+                       f"DATA.csv --save {args.fit}')")
+    saved = load_fit(args.fit)
+    module = load_model(saved.info["model"])
+    predict = getattr(module, "predict_table", None)
+    if not callable(predict):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data)")
+    data = Path(args.data)
+    if not data.is_file():
+        raise CLIError(f"data file '{args.data}' not found")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = predict(saved, io.read_table(data))
+    for w in caught:
+        print(f"blrgraph: warning: {w.message}", file=stderr)
+    print(f"blrgraph: predictions of {module.MODEL_NAME} (fit {args.fit}, method "
+          f"{saved.method!r}) for {len(table)} rows of {data}", file=stdout)
+    print(file=stdout)
+    _print_table(table.head(args.show), stdout)
+    if len(table) > args.show:
+        print(f"... ({len(table) - args.show} more rows in predictions.csv)", file=stdout)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "predictions.csv", index_label="row")
+    print(f"wrote {out / 'predictions.csv'}", file=stdout)
     return 0
 
 
@@ -550,8 +607,23 @@ def make_parser():
                    help="maximum number of sweeps (--method svi: of minibatch steps, instead of "
                         "--epochs)")
     f.add_argument("--tol", type=float, help="relative ELBO change that ends the run")
+    f.add_argument("--save", metavar="FIT.npz",
+                   help="also write the fitted global posteriors and the model's settings, for "
+                        "'blrgraph predict FIT.npz NEW.csv' (no training data needed)")
     common(f, "blrgraph-output")
     f.set_defaults(handler=cmd_fit)
+
+    pr = sub.add_parser("predict", help="predict new rows with a fit saved by 'fit --save'",
+                        description="Predictions for the rows of NEW.csv from a fit saved with "
+                                    "'blrgraph fit ... --save FIT.npz': cluster probabilities "
+                                    "(mixtures), predictive means and intervals (regressions), "
+                                    "topic mixtures (lda).")
+    pr.add_argument("fit", metavar="FIT.npz", help="file written by 'blrgraph fit ... --save'")
+    pr.add_argument("data", metavar="NEW.csv", help="CSV file with the model's columns")
+    pr.add_argument("--out", default="blrgraph-predictions",
+                    help="output directory for predictions.csv (blrgraph-predictions)")
+    pr.add_argument("--show", type=int, default=20, help="rows to print (20)")
+    pr.set_defaults(handler=cmd_predict)
 
     d = sub.add_parser("demo", help="fit the Gaussian mixture to the bundled iris measurements",
                        description="Fit a 3-component Gaussian mixture to the iris measurements "

@@ -60,7 +60,7 @@ class GaussianChainFactor(Conditional):
     def __init__(self, node, parents, slots, length):
         super().__init__(node, parents, slots)
         self.T = int(length)
-        self.diagonal_noise = type(self.slots[3].family).__name__ == "Gamma"
+        self.diagonal_noise = isinstance(self.slots[3].family, GammaFamily)
         self._check_dimensions()
 
     # ---- shapes --------------------------------------------------------------

@@ -227,6 +227,18 @@ class Posterior:
     def entropy(self):
         return self.family.entropy(self.natural)
 
+    def sample(self, size=None, seed=None):
+        """Draws from q: shape (size,) + plates + event (a pair of arrays for a joint
+        NormalGamma / NormalWishart node; labels for a Categorical; the point, repeated,
+        for a point mass)."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        if self.is_point:
+            v = self.family.point_value(self.natural)
+            lead = () if size is None else ((int(size),) if np.ndim(size) == 0 else tuple(size))
+            rep = lambda a: np.broadcast_to(a, lead + np.shape(a)).copy()  # noqa: E731
+            return tuple(rep(a) for a in v) if isinstance(v, tuple) else rep(v)
+        return self.family.sample(self.natural, rng, size)
+
     def __repr__(self):
         kind = "point mass" if self.is_point else self.family.name
         return f"<Posterior of {self.node.label()}: {kind}, plates={self.node.plates}>"
@@ -493,18 +505,19 @@ class Stochastic(Node):
             own = c.mask if c.observed else c.observed_entries()
             rep = c.replicates if c.replicates is not None and c.replicates is not self.replicates \
                 else None
-            if own is None and rep is None:
+            pm = c._observed_parent_mask()
+            if own is None and rep is None and pm is None:
                 return None
-            key += [own, rep]
-            parts.append((c, own, rep))
+            key += [own, rep, pm]
+            parts.append((c, (own, rep, pm)))
         memo = self.__dict__.get("_observed_memo")
         if memo is not None and len(memo[0]) == len(key) and memo[0][0] == key[0] and \
                 all(a is b for a, b in zip(memo[0][1:], key[1:])):
             return memo[1]
         seen = np.zeros(self.plates, dtype=bool)
-        for c, own, rep in parts:
+        for c, factors in parts:
             nz = np.ones(c.plates, dtype=bool)
-            for a in (own, rep):
+            for a in factors:
                 if a is not None:
                     nz = nz & (np.asarray(a) != 0)
             got = _entries_reached(c, self, nz)
@@ -516,12 +529,37 @@ class Stochastic(Node):
         self._observed_memo = (key, out)
         return out
 
+    # ---- predictions (graph/predictive.py, docs/predict.md) --------------------------------
+    def predictive(self, inputs=None, *, samples=2000, seed=0):
+        """The posterior predictive E_q[p(x | parents)] of every entry, after a fit: a
+        :class:`~blrgraph.graph.predictive.Predictive` with ``mean``, ``var`` (``cov``),
+        ``logpdf``, ``sample`` and ``to_scipy``. Exact for conjugate parents; Monte Carlo
+        over q (``samples`` draws, ``seed``) otherwise. Masked entries of observed data get
+        their imputation. ``inputs``: new design rows of a ``Dot(X, w)`` parent, new rows of
+        a Mixture (NaN = missing cells), or ``{name: new values}`` (docs/predict.md)."""
+        from .predictive import node_predictive
+        return node_predictive(self, inputs, samples=samples, seed=seed)
+
     # ---- messages -----------------------------------------------------------
+    def _observed_parent_mask(self):
+        """The masks of this node's observed parents (an entry whose observed parent, e.g.
+        a class label, is missing informs no parameter: its parent has no value there)."""
+        out = None
+        for p in self.factor.parents:
+            if getattr(p, "observed", False) and p.stochastic and p.mask is not None:
+                m = np.asarray(p.mask, dtype=float)
+                out = m if out is None else out * m
+        return out
+
     def message_weight(self, parent):
         """Per-entry weight of this node's messages to ``parent``: mask x counts
-        (counts are left out when the parent stands for the same copies); for a latent
-        node, 0 on the entries that integrate out (:meth:`observed_entries`)."""
+        (counts are left out when the parent stands for the same copies), x the masks
+        of observed parents; for a latent node, 0 on the entries that integrate out
+        (:meth:`observed_entries`)."""
         w = self.mask if self.observed else self.observed_entries()
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None and parent.replicates is not self.replicates:
             w = self.replicates if w is None else w * self.replicates
         return w
@@ -568,6 +606,9 @@ class Stochastic(Node):
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
         w = self.mask if self.observed else self.observed_entries()
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None:
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
