@@ -57,6 +57,11 @@ class ExponentialFamily:
     #: with a message of its own (graph/inputs.py). (Whether natural parameters hold a
     #: positive-definite precision is the method :meth:`precision_is_pd`.)
     symmetric_values = False
+    #: True when values are counts or labels (a probability mass function, not a density)
+    discrete = False
+    #: True when every real natural parameter is valid (logits, log-rates): a checkpoint's
+    #: natural parameters then need no check against the parameter space
+    natural_unconstrained = False
 
     def check_support(self, x, components=False, categories=None):
         """Which values of ``x`` (shape plates + value shape, every entry finite) are not

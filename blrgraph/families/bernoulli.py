@@ -27,6 +27,8 @@ class Bernoulli(ExponentialFamily):
     """Bernoulli(p), p = P(x = 1)."""
 
     name = "Bernoulli"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("p",)
     event_ndims = (0,)
     value_ndim = 0

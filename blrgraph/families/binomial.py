@@ -35,6 +35,8 @@ class Binomial(ExponentialFamily):
     then equal the instance's n) or just ``(p,)``."""
 
     name = "Binomial"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("n", "p")
     event_ndims = (0,)
     value_ndim = 0

@@ -59,6 +59,8 @@ class Categorical(ExponentialFamily):
     """Categorical(p), p of shape plates + (K,); values are integer labels."""
 
     name = "Categorical"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("p",)
     event_ndims = (1,)
     value_ndim = 0

@@ -40,6 +40,8 @@ class Multinomial(ExponentialFamily):
     then equal the instance's n) or just ``(p,)``."""
 
     name = "Multinomial"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("n", "p")
     event_ndims = (1,)
     value_ndim = 1

@@ -33,6 +33,8 @@ class Poisson(ExponentialFamily):
     """Poisson(rate)."""
 
     name = "Poisson"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("rate",)
     event_ndims = (0,)
     value_ndim = 0
