@@ -810,7 +810,7 @@ def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
     """The Monte Carlo predictive of ``factor`` (the default of every factor): S draws of
     the parents from q, each turned into the child's natural parameters eta(theta_s)
     (``prior_natural`` at the moments T(theta_s) of a point is eta(theta_s))."""
-    fam = factor.node.family
+    fam = predictive_family(factor, q)
     n = len(plates)
 
     def draw_nat(S, rng):
@@ -824,25 +824,54 @@ def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
                 a = np.asarray(a, dtype=float)
                 return a.reshape((S,) + (1,) * extra + a.shape[1:]) if extra > 0 else a
             val = tuple(pad(a) for a in v) if isinstance(v, tuple) else pad(v)
-            u.append(slot_stats(factor, i, val))
+            u.append(slot_stats(factor, i, val, pd))
         return factor.draw_natural(u)
 
     nat = draw_nat(ctx.samples, ctx.rng)
     return MonteCarloPredictive(fam, nat, plates, draw_nat, mean, var)
 
 
-def slot_stats(factor, i, value):
-    """T(value) in slot i's family (a Categorical slot needs its K)."""
+def _shift_of(pd):
+    """The location shift of parent ``pd``'s coordinates (None: none; docs/dev/numerics.md)."""
+    fam = getattr(pd, "family", None)
+    return getattr(fam, "shift", None) if getattr(fam, "locational", False) else None
+
+
+def slot_stats(factor, i, value, pd=None):
+    """T(value) in slot i's family (a Categorical slot needs its K). ``value`` is in the
+    data's coordinates; a Gaussian parent ``pd`` with a location shift c gives T(value - c),
+    the statistics of the centred variable its location group works with."""
     slot = factor.slots[i].family
     if slot.is_label:
         return slot.suff_stats(np.asarray(value).astype(int), K=factor.n_categories())
+    c = _shift_of(pd) if getattr(slot, "locational", False) else None
+    if c is not None:
+        fam = slot.with_shift(c)
+        return fam.suff_stats(fam.centre(value))
     return slot.suff_stats(value)
+
+
+def predictive_family(factor, q):
+    """The child's family in the coordinates of the natural parameters that
+    ``factor.draw_natural`` / ``prior_natural`` give from :func:`slot_stats`: those of its
+    Gaussian location parents (shift c, shaped like their plates; a mixture component's
+    parameters carry the K axis), so that logpdf, mean and samples come out in the data's
+    coordinates."""
+    fam = factor.node.family
+    if not getattr(fam, "locational", False):
+        return fam
+    for i, pd in enumerate(q):
+        if getattr(factor.slots[i].family, "locational", False):
+            c = _shift_of(pd)
+            if c is not None:
+                return fam.with_shift(c)
+    return fam.with_shift(None)
 
 
 def fixed_predictive(factor, q, plates):
     """Every parent fixed: the conditional itself, the node's family at eta(parents)."""
-    u = [slot_stats(factor, i, pd.value) for i, pd in enumerate(q)]
-    return FamilyPredictive(factor.node.family, factor.prior_natural(u), plates)
+    u = [slot_stats(factor, i, pd.value, pd) for i, pd in enumerate(q)]
+    return FamilyPredictive(predictive_family(factor, q), factor.prior_natural(u), plates)
 
 
 # ---------------------------------------------------------------------------------------
