@@ -119,7 +119,7 @@ def _data_mean_cov(X, mask):
 def components(fit):
     """Posterior per component: weight E[w_k], mean E[mu_k] (K, D), mean_sd (posterior sd
     of mu_k), sd (sqrt of the diagonal of E[Sigma_k]) and the Student-t predictive
-    (loc, shape matrix, dof) of each component (MATH.md §3.4)."""
+    (loc, shape matrix, dof) of each component (docs/math.md §3.4)."""
     model = io.fitted_model(fit, NAME)
     meta = model.meta
     out = {"weight": io.mixture_weights(model)}

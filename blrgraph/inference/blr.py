@@ -82,7 +82,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
     """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
     of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
     M-step). With rho < 1 (SVI, damping) a point mass averages those natural
-    parameters, i.e. its expected sufficient statistics: online EM (MATH.md §5).
+    parameters, i.e. its expected sufficient statistics: online EM (docs/math.md §5).
     A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
     is updated in that factored form (the same q, without an entries x K exp)."""
     if rho == 1.0 and scale is None:
@@ -101,7 +101,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
             raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
                                      f"parameters{at}; check the data scale and the priors")
     r = rho
-    for _ in range(MAX_HALVINGS):  # PD safeguard (MATH.md §4.4): backtrack rho
+    for _ in range(MAX_HALVINGS):  # PD safeguard (docs/math.md §4.4): backtrack rho
         if precision_is_pd(node, new):
             break
         r *= 0.5

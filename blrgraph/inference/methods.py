@@ -1,4 +1,4 @@
-"""The algorithms as settings of one BLR step (DESIGN.md table).
+"""The algorithms as settings of one BLR step (docs/math.md §1.3).
 
 Each method only decides the step size rho per node, which nodes are point
 masses, and whether a single exact pass suffices.

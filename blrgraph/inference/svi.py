@@ -3,7 +3,7 @@
 Local nodes (those on the data axis of ``batch_over``, directly or below a
 gather) get rho = 1 on each minibatch; global nodes get
 rho_t = (t + tau)^-kappa with the minibatch's messages scaled by N/|B|
-(Hoffman et al. 2013; MATH.md §1.3(d), §1.4). Nothing here is a second
+(Hoffman et al. 2013; docs/math.md §1.3(d), §1.4). Nothing here is a second
 engine: a minibatch is the model *restricted* to some entries of the data
 axis, and every update is ``blr_step``.
 """
