@@ -8,8 +8,8 @@ The conventions (docs/dev/docs_conventions.md):
   output is checked against the lines that follow it.
 * An ```output block right after a python or sh block is what that block prints
   (stdout); it is checked.
-* ```sh blocks run their lines: each line is ``blrgraph ARGS`` (``# comments``
-  allowed), run by ``blrgraph.cli.main`` in the same working directory, and must exit 0.
+* ```sh blocks run their lines: each line is ``blrgraph ARGS`` (``# comments`` and
+  ``&&`` between commands allowed), run by ``blrgraph.cli.main`` in the same working directory, and must exit 0.
 * ```python no-run / ```sh no-run blocks are shown, not run (each has a reason on the
   page); any other fence info string is text.
 * Output comparison: text must match up to runs of whitespace; ``...`` matches
@@ -111,13 +111,14 @@ def _run_sh(body, name):
             line = line[2:]
         if not line or line.startswith("#"):
             continue
-        argv = shlex.split(line)
-        assert argv[0] == "blrgraph", (
-            f"{name}: a runnable sh block may only call blrgraph, got {line!r}; "
-            "mark the block `sh no-run` and say why on the page")
-        err = io.StringIO()
-        status = main(argv[1:], stdout=printed, stderr=err)
-        assert status == 0, f"{name}: `{line}` exited {status}: {err.getvalue()}"
+        for command in line.split("&&"):
+            argv = shlex.split(command)
+            assert argv and argv[0] == "blrgraph", (
+                f"{name}: a runnable sh block may only call blrgraph, got {command!r}; "
+                "mark the block `sh no-run` and say why on the page")
+            err = io.StringIO()
+            status = main(argv[1:], stdout=printed, stderr=err)
+            assert status == 0, f"{name}: `{command.strip()}` exited {status}: {err.getvalue()}"
     return printed.getvalue()
 
 
