@@ -55,11 +55,13 @@ def _pattern(want):
             parts.append(r".*?")
         elif tok.isspace():
             parts.append(r"\s+")
+            continue
         elif re.fullmatch(NUMBER, tok):
             parts.append("(" + NUMBER + ")")
             nums.append(tok)
         else:
             parts.append(re.escape(tok))
+        parts.append(r"\s*")  # numpy pads columns: spacing next to punctuation may differ
     return re.compile(r"\s*" + "".join(parts) + r"\s*\Z", re.S), nums
 
 
@@ -184,6 +186,8 @@ def test_matches_numbers_to_the_printed_digits():
     assert matches("[0.69230769 0.0040]", "[0.6923 0.004]")
     assert not matches("[0.69230769 0.0040]", "[0.6924 0.004]")
     assert matches("a\n  b   c\n", "a b c")
+    assert matches("[[-4.   4. ]\n [ 4.1  4. ]]", "[[-4.  4.]\n [ 4.1 4.]]")
+    assert not matches("12", "1 2")
     assert matches("head 1\nmiddle\ntail 2", "head 1 ... tail 2")
     assert not matches("head 1 tail 2", "head 1 tail")
     assert matches("1.5e-08", "1.5e-8") and not matches("2.5e-08", "1.5e-8")
