@@ -406,7 +406,7 @@ def add_example_parser(sub):
                        description="Write NAME.csv, a small simulated table used by the docs "
                                    "(no NAME: list them).")
     e.add_argument("name", nargs="?", metavar="NAME", help="blobs, customers, survey, houses, "
-                   "loans, claims, reviews or people")
+                   "loans, claims, counts, reviews or people")
     e.add_argument("--rows", type=int, help="number of rows (default: the example's)")
     e.add_argument("--seed", type=int, default=0, help="random seed (0)")
     e.add_argument("--out", default=".", help="directory to write NAME.csv in (.)")

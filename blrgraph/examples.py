@@ -5,18 +5,27 @@ docs creates the files it uses this way, so each command runs from a fresh insta
 The tables are simulated from a known model, so a fit can be checked against the
 values that generated it:
 
-* ``blobs``: columns a, b; three Gaussian clusters (``gmm``).
-* ``customers``: age, income, visits (numbers), plan, region (text); three
-  segments, about 5% of the cells empty (``mixed_mixture``).
-* ``survey``: age and four answers q1..q4 (agree / neutral / disagree); four
-  respondent types, some answers missing (``mixed_mixture``, ``latent_class``).
-* ``houses``: area, rooms, age, price; price linear in the others plus noise
-  (``linreg``, target price).
-* ``loans``: income, debt, years, default (yes / no); logistic in debt/income
-  (``logreg``, target default).
-* ``claims``: age, vehicle_age, urban (0/1), claims (counts); log-linear rate
+* ``blobs``: columns a, b; three Gaussian clusters around (-4, 4), (0, 0), (4, 4)
+  (``gmm``).
+* ``customers``: age, income (numbers), region (north / south); two groups with
+  age 30 / 60 (sd 5), income 30 / 70 (sd 8), region north / south with
+  probability 0.85; 5% of the cells empty (``mixed_mixture``, ``gmm``).
+* ``survey``: smoker (no / yes), exercise (never / weekly / daily), diet (good /
+  poor); two classes of weights 0.6 / 0.4 with P(smoker) 0.2 / 0.8, exercise
+  (never, weekly, daily) 0.1/0.3/0.6 versus 0.6/0.3/0.1, P(good diet) 0.7 / 0.3;
+  5% of the cells empty (``latent_class``, ``mixed_mixture``).
+* ``houses``: area, rooms, city (A / B), price = 50 + 2 area + 0 rooms +
+  40 [city = B] + N(0, 15^2); two prices missing (``linreg``, target price).
+* ``loans``: age, income, region (north / south / west), default (no / yes) with
+  log-odds -1 + 0.04 (age - 45) - 0.03 (income - 35) + 0.8 [region = south];
+  three targets and two incomes missing (``logreg``, target default).
+* ``claims``: age, urban (0/1), car (sedan / suv / van), claims (counts) with log
+  rate -2 + 0.02 age + 0.6 urban + 0.4 [car = van]; two counts missing
   (``poisson_reg``, target claims).
-* ``reviews``: text; short reviews mixing four topics (``lda``, columns text).
+* ``counts``: calls, visits (counts); two groups of weights 0.7 / 0.3 with rates
+  (1, 3) and (8, 12); 3% of the cells empty (``poisson_mixture``).
+* ``reviews``: text; short restaurant reviews mixing four topics (food, service,
+  price, place) (``lda``, columns text).
 * ``people``: height, weight, color (text), with missing cells (``blrgraph.io``).
 """
 from __future__ import annotations
@@ -29,11 +38,12 @@ import numpy as np
 #: name -> (default number of rows, one-line description)
 NAMES = {
     "blobs": (300, "columns a, b: three Gaussian clusters (gmm)"),
-    "customers": (300, "age, income, visits, plan, region: three segments, missing cells (mixed_mixture)"),
-    "survey": (400, "age and answers q1..q4: four respondent types, missing answers (mixed_mixture, latent_class)"),
-    "houses": (200, "area, rooms, age, price (linreg, target price)"),
-    "loans": (400, "income, debt, years, default yes/no (logreg, target default)"),
-    "claims": (500, "age, vehicle_age, urban, claims counts (poisson_reg, target claims)"),
+    "customers": (200, "age, income, region: two groups, missing cells (mixed_mixture, gmm)"),
+    "survey": (300, "smoker, exercise, diet: two classes, missing cells (latent_class)"),
+    "houses": (100, "area, rooms, city, price (linreg, target price)"),
+    "loans": (500, "age, income, region, default yes/no (logreg, target default)"),
+    "claims": (400, "age, urban, car, claims counts (poisson_reg, target claims)"),
+    "counts": (300, "calls, visits: two groups of Poisson counts (poisson_mixture)"),
     "reviews": (200, "text: short reviews on four topics (lda, columns text)"),
     "people": (50, "height, weight, color, with missing cells (blrgraph.io)"),
 }
@@ -46,71 +56,75 @@ def _missing(rng, values, frac):
     return out
 
 
+def _missing_n(rng, values, n):
+    """values as an object array with n cells, picked at random, set to None."""
+    out = np.asarray(values, dtype=object)
+    out[rng.choice(len(out), size=n, replace=False)] = None
+    return out
+
+
 def _blobs(rng, n):
-    centres = np.array([[0.0, 0.0], [4.0, 4.0], [-4.0, 4.0]])
+    centres = np.array([[-4.0, 4.0], [0.0, 0.0], [4.0, 4.0]])
     k = rng.integers(3, size=n)
     x = centres[k] + rng.normal(size=(n, 2))
     return {"a": np.round(x[:, 0], 3), "b": np.round(x[:, 1], 3)}
 
 
 def _customers(rng, n):
-    seg = rng.choice(3, size=n, p=[0.5, 0.3, 0.2])
-    age = rng.normal([28.0, 45.0, 62.0], 5.0, size=(n, 3))[np.arange(n), seg]
-    income = rng.normal([32.0, 70.0, 48.0], 8.0, size=(n, 3))[np.arange(n), seg]
-    visits = rng.normal([12.0, 4.0, 2.0], 1.5, size=(n, 3))[np.arange(n), seg]
-    plans = np.array(["basic", "plus", "pro"])
-    plan_p = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.2, 0.6, 0.2]])
-    plan = plans[[rng.choice(3, p=plan_p[s]) for s in seg]]
-    regions = np.array(["north", "south", "east", "west"])
-    region = regions[rng.integers(4, size=n)]
-    return {"age": _missing(rng, np.round(age).astype(int), 0.05), "income": _missing(rng, np.round(income, 1), 0.05),
-            "visits": _missing(rng, np.round(visits, 1), 0.05), "plan": _missing(rng, plan, 0.05),
+    g = rng.integers(2, size=n)
+    age = np.where(g == 0, 30.0, 60.0) + 5.0 * rng.normal(size=n)
+    income = np.where(g == 0, 30.0, 70.0) + 8.0 * rng.normal(size=n)
+    south = rng.random(n) < np.where(g == 0, 0.15, 0.85)
+    region = np.where(south, "south", "north")
+    return {"age": _missing(rng, np.round(age, 1), 0.05),
+            "income": _missing(rng, np.round(income, 1), 0.05),
             "region": _missing(rng, region, 0.05)}
 
 
 def _survey(rng, n):
-    kind = rng.choice(4, size=n, p=[0.3, 0.3, 0.2, 0.2])
-    age = rng.normal([25.0, 40.0, 55.0, 70.0], 6.0, size=(n, 4))[np.arange(n), kind]
-    levels = np.array(["agree", "neutral", "disagree"])
-    # probability of (agree, neutral, disagree) for each type and question
-    p = np.array([[[.8, .1, .1], [.7, .2, .1], [.1, .2, .7], [.6, .3, .1]],
-                  [[.1, .1, .8], [.2, .2, .6], [.7, .2, .1], [.1, .3, .6]],
-                  [[.2, .6, .2], [.1, .8, .1], [.2, .6, .2], [.2, .6, .2]],
-                  [[.7, .2, .1], [.1, .1, .8], [.8, .1, .1], [.1, .1, .8]]])
-    u = rng.random((n, 4, 1))
-    answers = (u > np.cumsum(p[kind], axis=-1)).sum(axis=-1)          # (n, 4) in 0..2
-    out = {"age": np.round(age).astype(int)}
-    for q in range(4):
-        out[f"q{q + 1}"] = _missing(rng, levels[answers[:, q]], 0.04)
-    return out
+    c = (rng.random(n) < 0.4).astype(int)                      # class 1 with weight 0.4
+    smoker = np.where(rng.random(n) < np.where(c == 0, 0.2, 0.8), "yes", "no")
+    p_ex = np.array([[0.1, 0.3, 0.6], [0.6, 0.3, 0.1]])[c]     # (never, weekly, daily)
+    ex = (rng.random((n, 1)) > np.cumsum(p_ex, axis=1)).sum(axis=1)
+    exercise = np.array(["never", "weekly", "daily"])[ex]
+    diet = np.where(rng.random(n) < np.where(c == 0, 0.7, 0.3), "good", "poor")
+    return {"smoker": _missing(rng, smoker, 0.05), "exercise": _missing(rng, exercise, 0.05),
+            "diet": _missing(rng, diet, 0.05)}
 
 
 def _houses(rng, n):
-    area = rng.uniform(40.0, 200.0, size=n)
-    rooms = np.clip(np.round(area / 30.0 + rng.normal(0.0, 0.7, size=n)), 1, None)
-    age = rng.uniform(0.0, 80.0, size=n)
-    price = 50.0 + 2.0 * area + 10.0 * rooms - 0.8 * age + rng.normal(0.0, 20.0, size=n)
-    return {"area": np.round(area, 1), "rooms": rooms.astype(int), "age": np.round(age).astype(int),
-            "price": np.round(price, 1)}
+    area = np.round(rng.uniform(40.0, 200.0, size=n), 1)
+    rooms = rng.integers(1, 7, size=n)
+    city = np.where(rng.random(n) < 0.5, "A", "B")
+    price = 50.0 + 2.0 * area + 0.0 * rooms + 40.0 * (city == "B") + 15.0 * rng.normal(size=n)
+    return {"area": area, "rooms": rooms, "city": city,
+            "price": _missing_n(rng, np.round(price, 1), min(2, n))}
 
 
 def _loans(rng, n):
-    income = rng.lognormal(np.log(50.0), 0.4, size=n)
-    debt = income * rng.uniform(0.05, 0.8, size=n)
-    years = rng.integers(0, 30, size=n)
-    logit = -3.0 + 6.0 * debt / income - 0.05 * years
+    age = rng.integers(20, 71, size=n)
+    income = np.round(rng.uniform(10.0, 60.0, size=n), 1)
+    region = np.array(["north", "south", "west"])[rng.integers(3, size=n)]
+    logit = -1.0 + 0.04 * (age - 45) - 0.03 * (income - 35) + 0.8 * (region == "south")
     default = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-logit)), "yes", "no")
-    return {"income": np.round(income, 1), "debt": np.round(debt, 1), "years": years,
-            "default": default}
+    return {"age": age, "income": _missing_n(rng, income, min(2, n)), "region": region,
+            "default": _missing_n(rng, default, min(3, n))}
 
 
 def _claims(rng, n):
-    age = rng.uniform(18.0, 80.0, size=n)
-    vehicle_age = rng.integers(0, 20, size=n)
+    age = rng.integers(18, 81, size=n)
     urban = rng.integers(0, 2, size=n)
-    rate = np.exp(-0.5 - 0.02 * (age - 40.0) + 0.05 * vehicle_age + 0.6 * urban)
-    return {"age": np.round(age).astype(int), "vehicle_age": vehicle_age, "urban": urban,
-            "claims": rng.poisson(rate)}
+    car = np.array(["sedan", "suv", "van"])[rng.integers(3, size=n)]
+    rate = np.exp(-2.0 + 0.02 * age + 0.6 * urban + 0.4 * (car == "van"))
+    return {"age": age, "urban": urban, "car": car,
+            "claims": _missing_n(rng, rng.poisson(rate), min(2, n))}
+
+
+def _counts(rng, n):
+    g = (rng.random(n) < 0.3).astype(int)
+    rates = np.array([[1.0, 3.0], [8.0, 12.0]])[g]
+    x = rng.poisson(rates)
+    return {"calls": _missing(rng, x[:, 0], 0.03), "visits": _missing(rng, x[:, 1], 0.03)}
 
 
 _TOPICS = {
@@ -141,7 +155,8 @@ def _people(rng, n):
 
 
 _MAKERS = {"blobs": _blobs, "customers": _customers, "survey": _survey, "houses": _houses,
-           "loans": _loans, "claims": _claims, "reviews": _reviews, "people": _people}
+           "loans": _loans, "claims": _claims, "counts": _counts, "reviews": _reviews,
+           "people": _people}
 
 
 def generate(name, rows=None, seed=0):

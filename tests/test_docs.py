@@ -12,7 +12,7 @@ The conventions (docs/dev/docs_conventions.md):
   ``&&`` between commands allowed), run by ``blrgraph.cli.main`` in the same working directory, and must exit 0.
 * ```python no-run / ```sh no-run blocks are shown, not run (each has a reason on the
   page); any other fence info string is text.
-* Output comparison: text must match up to runs of whitespace; ``...`` matches
+* Output comparison: text must match up to whitespace; ``...`` matches
   anything; a number matches if it agrees to the digits the page prints (half a unit
   of the page's last digit, plus a relative 1e-9).
 """
@@ -45,24 +45,9 @@ def blocks(text):
 
 
 # ---- output comparison --------------------------------------------------------------------
-def _pattern(want):
-    """A regex for the expected text: numbers captured, '...' = anything, spaces flexible."""
-    parts, nums = [], []
-    for tok in re.split(r"(\.\.\.|" + NUMBER + r"|\s+)", want.strip()):
-        if not tok:
-            continue
-        if tok == "...":
-            parts.append(r".*?")
-        elif tok.isspace():
-            parts.append(r"\s+")
-            continue
-        elif re.fullmatch(NUMBER, tok):
-            parts.append("(" + NUMBER + ")")
-            nums.append(tok)
-        else:
-            parts.append(re.escape(tok))
-        parts.append(r"\s*")  # numpy pads columns: spacing next to punctuation may differ
-    return re.compile(r"\s*" + "".join(parts) + r"\s*\Z", re.S), nums
+def _tokens(text):
+    """Numbers and single non-space characters; whitespace is dropped."""
+    return re.findall(NUMBER + r"|\S", text)
 
 
 def _close(got, want):
@@ -73,13 +58,35 @@ def _close(got, want):
     return abs(float(got) - float(want)) <= tol
 
 
+def _same(g, w):
+    if re.fullmatch(NUMBER, w):
+        return bool(re.fullmatch(NUMBER, g)) and _close(g, w)
+    return g == w
+
+
+def _at(got, seg, i):
+    return i + len(seg) <= len(got) and all(_same(g, w) for g, w in zip(got[i:i + len(seg)], seg))
+
+
 def matches(got, want):
-    """True when the printed text `got` shows what the page shows (`want`)."""
-    pat, nums = _pattern(want)
-    m = pat.match(got)
-    if not m:
+    """True when the printed text `got` shows what the page shows (`want`): the same
+    tokens (whitespace ignored), numbers equal to the digits the page prints, and
+    `...` in `want` standing for any run of tokens."""
+    got = _tokens(got)
+    segs = [_tokens(part) for part in want.strip().split("...")]
+    if len(segs) == 1:
+        return len(got) == len(segs[0]) and _at(got, segs[0], 0)
+    first, *middle, last = segs
+    if not _at(got, first, 0):
         return False
-    return all(_close(g, w) for g, w in zip(m.groups(), nums))
+    pos = len(first)
+    for seg in middle:  # earliest place where the next piece fits
+        pos = next((i for i in range(pos, len(got) - len(seg) + 1) if _at(got, seg, i)), None)
+        if pos is None:
+            return False
+        pos += len(seg)
+    end = len(got) - len(last)
+    return end >= pos and _at(got, last, end)
 
 
 class _Checker(doctest.OutputChecker):
@@ -124,26 +131,36 @@ def _run_sh(body, name):
     return printed.getvalue()
 
 
-def run_page(path):
+def run_page(path, update=False):
+    """Run a page's blocks; with ``update`` return the page text with every output block
+    replaced by what its block printed (``python tests/test_docs.py --update PAGE``)."""
     text = path.read_text()
     rel = path.relative_to(ROOT)
     ns = {"__name__": "__docs__"}
     last = None  # what the previous runnable block printed
-    for info, body, line in blocks(text):
+    edits = []
+    for m in FENCE.finditer(text):
+        info, body = m.group(1).split(), m.group(2)
         lang = info[0] if info else ""
-        name = f"{rel}:{line}"
+        name = f"{rel}:{text[:m.start()].count(chr(10)) + 1}"
         if "no-run" in info or lang not in RUNNABLE:
             last = None
             continue
         if lang == "output":
             assert last is not None, f"{name}: an output block must follow a python or sh block"
-            assert matches(last, body), (
-                f"{name}: the block prints\n{last}\nbut the page shows\n{body}")
+            if update:
+                edits.append((m.start(2), m.end(2), last.rstrip() + "\n"))
+            else:
+                assert matches(last, body), (
+                    f"{name}: the block prints\n{last}\nbut the page shows\n{body}")
             last = None
         elif lang == "python":
             last = _run_python(body, ns, name)
         else:
             last = _run_sh(body, name)
+    for a, b, new in reversed(edits):
+        text = text[:a] + new + text[b:]
+    return text
 
 
 def runnable_pages():
@@ -191,3 +208,23 @@ def test_matches_numbers_to_the_printed_digits():
     assert matches("head 1\nmiddle\ntail 2", "head 1 ... tail 2")
     assert not matches("head 1 tail 2", "head 1 tail")
     assert matches("1.5e-08", "1.5e-8") and not matches("2.5e-08", "1.5e-8")
+    assert matches("wrote a.csv, b.csv\nELBO -3.25", "wrote ... ELBO -3.25")
+    assert not matches("wrote a.csv\nELBO -3.25", "wrote ... ELBO -3.26")
+
+
+if __name__ == "__main__":  # python tests/test_docs.py --update docs/PAGE.md ...
+    import sys
+    import tempfile
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    for arg in sys.argv[2:] if sys.argv[1:2] == ["--update"] else sys.argv[1:]:
+        page = Path(arg).resolve()
+        with tempfile.TemporaryDirectory() as tmp:
+            here = os.getcwd()
+            os.chdir(tmp)
+            try:
+                new = run_page(page, update=sys.argv[1] == "--update")
+            finally:
+                os.chdir(here)
+        if sys.argv[1] == "--update":
+            page.write_text(new)
+            print(f"updated {arg}")
