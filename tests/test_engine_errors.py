@@ -1,4 +1,4 @@
-"""Bad input is refused where it enters (DESIGN.md, "Bad input is refused ...").
+"""Bad input is refused where it enters (docs/errors.md).
 
 Each case must raise ValueError or TypeError, and the message must name the
 node the user declared (its ``name=``) so the user can find the mistake.  A fit

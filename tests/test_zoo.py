@@ -119,7 +119,7 @@ def test_gmm_predict_proba_student_t_predictive():
     assert probs.shape == (3, 3)
     assert np.allclose(probs.sum(1), 1.0)
     assert np.all(probs[np.arange(3), p] > 0.99)
-    # a direct evaluation of MATH.md §3.4: weights alpha_k / sum(alpha) times the
+    # a direct evaluation of docs/math.md §3.4: weights alpha_k / sum(alpha) times the
     # multivariate t with shape (1 + beta)/(beta (nu + 1 - D)) inv(W), dof nu + 1 - D
     from scipy import stats
     post = fitted.model["theta"].posterior.params

@@ -1,6 +1,6 @@
 """Multivariate normal family N(x | m, L^{-1}) with mean m and precision matrix L.
 
-Parameterisation (Bishop 2006, §2.3; MATH.md §2.2): ``mean`` of shape
+Parameterisation (Bishop 2006, §2.3; docs/math.md §2.2): ``mean`` of shape
 plates + (D,), ``precision`` L = Sigma^{-1} of shape plates + (D, D), SPD.
 
 Exponential-family form (h = 1)::
@@ -11,7 +11,7 @@ Exponential-family form (h = 1)::
     mu = (m, Sigma + m m^T)
 
 The matrix component's gradient treats all D^2 entries as independent
-(MATH.md §0); ``lam2`` is symmetrised before use. All linear algebra goes
+(docs/math.md §0); ``lam2`` is symmetrised before use. All linear algebra goes
 through one batched Cholesky factorisation of L per call.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_c
 class MultivariateNormal(ExponentialFamily):
     """N(x | mean, precision^{-1}): ``MultivariateNormal().natural_from_params(mean, precision)``.
 
-    See the module docstring (and MATH.md §2.2) for the natural parameters.
+    See the module docstring (and docs/math.md §2.2) for the natural parameters.
     Extra method: :meth:`cov`.
     """
 

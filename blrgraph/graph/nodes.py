@@ -1,4 +1,4 @@
-"""The public node classes (DESIGN.md): each picks its family and its factor.
+"""The public node classes (docs/api.md): each picks its family and its factor.
 
 Every constructor argument may be a number, an array or a conjugate parent
 node; ``plates=`` replicates the node (numpy broadcasting), ``name=`` names it.

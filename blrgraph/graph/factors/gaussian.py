@@ -1,4 +1,4 @@
-"""Gaussian factors: Normal and MultivariateNormal children (MATH.md §3.2).
+"""Gaussian factors: Normal and MultivariateNormal children (docs/math.md §3.2).
 
 Parents are either mean-field (a Normal/MVN mean and a Gamma/Wishart precision)
 or one joint Normal-Gamma / Normal-Wishart node.
