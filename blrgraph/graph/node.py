@@ -44,6 +44,11 @@ class Node:
     def moments(self):
         raise NotImplementedError
 
+    def start(self, rng):
+        """Hook called by the fit after every latent q is set to its prior: a node may
+        move its own or its parents' q to a better starting point (``Dot`` of two
+        latent vectors breaks their symmetry). Default: nothing."""
+
     def _add_child(self, child):
         if child not in self.children:
             self.children.append(child)

@@ -119,6 +119,8 @@ def initialize(model, rng, init="random", strict=True):
         raise ValueError(f"init={init!r}: choose one of {list(INITS)}")
     for n in model.latent:
         n.set_natural(n.prior_natural())
+    for n in model.nodes:
+        n.start(rng)  # declared hook (Node.start), e.g. Dot of two latent vectors
     for n in model.latent:
         if _is_assignment(model, n):
             try:

@@ -118,7 +118,7 @@ class Restriction:
                 state.update(idx=n.idx, _scatter=n._scatter)
                 n.idx = self.remap[n]
                 n._scatter = Scatter(n.idx, len(self.idx[self.axis.links[n][1]]))
-            elif isinstance(n, Dot):
+            elif isinstance(n, Dot) and n.X is not None:
                 state.update(X=n.X)
                 n.X = n.X[rows] if n.X.ndim > 1 else n.X
             elif n.stochastic:
