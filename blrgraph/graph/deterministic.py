@@ -177,8 +177,8 @@ class Dot(Deterministic):
         each latent operand starts at q = N(a draw from its prior, the prior's
         covariance), as BayesPy's ``initialize_from_random``. ``fit(seed=...)``
         fixes the draw (operands in creation order, so Dot(W, x) = Dot(x, W))."""
-        if self.X is not None:
-            return
+        if self.X is not None or any(getattr(p, "_start", None) is not None for p in self.operands):
+            return  # a given start (``node.start_from``) has broken the symmetry already
         for p in sorted(self.operands, key=lambda n: n.id):
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))

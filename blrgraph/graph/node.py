@@ -281,6 +281,31 @@ class Stochastic(Node):
         self._obs_moments = None
         self.nat = None
 
+    # ---- start ----------------------------------------------------------------
+    def start_from(self, *params):
+        """Start every fit's q of this node at ``Family(*params)`` (the constructor's
+        parameters of the node's family, e.g. ``x.start_from(means, np.eye(K))`` for a
+        MultivariateNormal) instead of at the prior; broadcast to the node's plates.
+        ``start_from()`` with no arguments goes back to the prior. Returns the node."""
+        if not params:
+            self._start = None
+            return self
+        where = f"{self.label()}.start_from"
+        try:
+            nat = self.family.natural_from_params(*self.family.validate_params(*params, where=where))
+            nat = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:]).copy()
+                        for a, k in zip(nat, self.family.event_ndims))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: give the parameters {self.family.param_names} of a "
+                             f"{self.family.name} with plates {self.plates} ({err})") from None
+        self._start = nat
+        return self
+
+    def start(self, rng):
+        """q at the start given by :meth:`start_from`, if any (see :meth:`Node.start`)."""
+        if getattr(self, "_start", None) is not None and not self.observed:
+            self.set_natural(self._start)
+
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):
         """Attach data; returns the node. ``mask`` marks observed entries (True =
