@@ -198,3 +198,27 @@ def test_refusals_name_the_problem():
         bg.Add(a, g)
     with pytest.raises(TypeError, match="at least one node"):
         bg.Add(1.0, 2.0)
+
+
+def test_shared_precision_is_factorised_once_with_the_same_results():
+    """The scores' q in PCA without missing cells has one precision for every row; the
+    family factorises it once (read-only broadcast views) and must give what the
+    per-entry factorisation gives."""
+    from blrgraph.families.multivariate_normal import MultivariateNormal, _shared_matrix
+    rng = np.random.default_rng(8)
+    K = 3
+    A = rng.normal(size=(K, K))
+    L = A @ A.T + K * np.eye(K)
+    fam = MultivariateNormal()
+    lam1 = rng.normal(size=(4, 5, K))
+    shared = (lam1, np.broadcast_to(-0.5 * L, (4, 5, K, K)))
+    lam2 = np.array(shared[1])
+    lam2[3, 4] = np.nextafter(lam2[3, 4], 0)   # one entry differs in the last bit: per-entry path
+    distinct = (lam1, lam2)
+    assert _shared_matrix(shared[1]) is not None and _shared_matrix(distinct[1]) is None
+    for f in ("mean_params", "entropy", "log_partition", "cov", "var", "mean"):
+        a, b = getattr(fam, f)(shared), getattr(fam, f)(distinct)
+        for u, v in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            assert np.shape(u) == np.shape(v)
+            np.testing.assert_allclose(u, v, rtol=1e-13, atol=1e-14, err_msg=f)
+    assert fam.cov(shared).flags.writeable   # the user gets an array of their own
