@@ -130,7 +130,9 @@ def precision_is_pd(node, nat):
     if fam == "Normal":
         return bool(np.all(-2.0 * np.asarray(nat[1]) > 0))
     if fam == "MultivariateNormal":
-        P = -2.0 * np.asarray(nat[1])
+        from ..families.multivariate_normal import _shared_matrix
+        one = _shared_matrix(np.asarray(nat[1]))   # equal precisions (PCA scores): check one
+        P = -2.0 * np.asarray(nat[1] if one is None else one)
         try:
             np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
         except np.linalg.LinAlgError:
