@@ -30,6 +30,10 @@ class NormalFactor(Conditional):
         x1, x2 = x.moments  # a Dot(W, x) mean is not recomputed for it)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
+            if w is None and tuple(target) == tuple(x.plates):
+                # nothing to sum: the precision at its own (broadcastable) shape, so a
+                # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
+                return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
         m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
