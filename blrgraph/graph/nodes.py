@@ -193,8 +193,27 @@ class Dirichlet(_Public):
 
 
 class Wishart(_Public):
-    """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention)."""
-    _spec = _fixed(WishartFamily())
+    """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention); or
+    Wishart(dof, rate=B) with the inverse scale B = scale^-1 a Wishart node (a conjugate
+    hyperprior, E[Lambda] = dof * E-inverse of B) or an SPD array."""
+
+    @classmethod
+    def _spec(cls, dof, scale=None, name=None, rate=None):
+        if (scale is None) == (rate is None):
+            raise TypeError(f"Wishart '{name}': give Wishart(dof, scale) or Wishart(dof, rate=B) "
+                            f"(B the inverse scale), one of the two")
+        if rate is None:
+            if isinstance(scale, Node):
+                raise TypeError(f"Wishart '{name}': a random scale has no conjugate update; give "
+                                f"the inverse scale as a Wishart node: Wishart(dof, rate=B)")
+            return _fixed(WishartFamily()).__func__(cls, dof, scale, name=name)
+        from .factors.hyper import WishartRateFactor
+        n = _positive_fixed("Wishart", name, dof, "dof")
+        d = np.shape(rate.moments()[0] if isinstance(rate, Node) else rate)[-1]
+        if np.any(n <= d - 1):
+            raise ValueError(f"Wishart '{name}': dof must be > D - 1 = {d - 1}, got {dof!r}")
+        return (WishartFamily(), WishartRateFactor, [rate],
+                [Slot("rate", WishartFamily(), kind="spd")], {"dof": n})
 
 
 class NormalGamma(_Public):
