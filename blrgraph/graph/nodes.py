@@ -92,10 +92,18 @@ class MultivariateNormal(_Public):
 
 
 class Gamma(_Public):
-    """Gamma(shape, rate): shape a (fixed), rate b (number or Gamma node); mean a/b."""
+    """Gamma(shape, rate): shape a (number, or a Gamma node: non-conjugate, fit("ncvmp")),
+    rate b (number or Gamma node); mean a/b."""
 
     @classmethod
     def _spec(cls, shape, rate, name=None):
+        if _is_node(shape):
+            from .factors.hyper import GammaShapeFactor
+            if not isinstance(getattr(shape, "provides", None), GammaFamily):
+                raise TypeError(f"Gamma '{name}': a random shape must be a Gamma node (a positive "
+                                f"quantity), got {shape.label()}")
+            return (GammaFamily(), GammaShapeFactor, [shape, rate],
+                    [Slot("shape", GammaFamily()), Slot("rate", GammaFamily(), kind="positive")], {})
         a = _positive_fixed("Gamma", name, shape, "shape")
         return (GammaFamily(), GammaFactor, [rate], [Slot("rate", GammaFamily(), kind="positive")],
                 {"shape": a})
