@@ -196,8 +196,24 @@ class Beta(_Public):
 
 
 class Dirichlet(_Public):
-    """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories)."""
-    _spec = _fixed(DirichletFamily())
+    """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories); or
+    Dirichlet(base, concentration=s): concentrations s * base with s a Gamma node
+    (non-conjugate, fit("ncvmp")) and base a fixed positive vector."""
+
+    @classmethod
+    def _spec(cls, alpha, name=None, concentration=None):
+        if concentration is None:
+            return _fixed(DirichletFamily()).__func__(cls, alpha, name=name)
+        from .factors.hyper import DirichletConcentrationFactor
+        if isinstance(alpha, Node):
+            raise TypeError(f"Dirichlet '{name}': with concentration=, the first argument is the "
+                            f"fixed base vector (e.g. np.ones(K)), not the node {alpha.label()}")
+        (base,) = DirichletFamily().validate_params(alpha, where=name)
+        if not _is_node(concentration, "Gamma"):
+            raise TypeError(f"Dirichlet '{name}': concentration= must be a Gamma node (the "
+                            f"random scale of the concentrations), got {concentration!r}")
+        return (DirichletFamily(), DirichletConcentrationFactor, [concentration],
+                [Slot("concentration", GammaFamily())], {"base": base})
 
 
 class Wishart(_Public):

@@ -84,13 +84,16 @@ def _lgamma_of_exp(v):
     return np.where(small, -v - np.euler_gamma * a, gammaln(np.where(small, 1.0, a)))
 
 
-def expected_lgamma(alpha, beta):
-    """G = E[log Gamma(a)] for a ~ Gamma(alpha, beta), and its gradient (dG/dalpha,
-    dG/dbeta), by the trapezoid rule in v = log(beta a) (exponentially convergent:
-    the integrand is smooth and decays at both ends); vectorised over entries."""
-    alpha, beta = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float))
+def expected_lgamma(alpha, beta, scale=1.0):
+    """G = E[log Gamma(c a)] for a ~ Gamma(alpha, beta) and a constant c > 0 (``scale``),
+    and its gradient (dG/dalpha, dG/dbeta), by the trapezoid rule in v = log(beta a)
+    (exponentially convergent: the integrand is smooth and decays at both ends);
+    vectorised over entries (alpha, beta and c broadcast)."""
+    alpha, beta, scale = np.broadcast_arrays(np.asarray(alpha, dtype=float),
+                                             np.asarray(beta, dtype=float),
+                                             np.asarray(scale, dtype=float))
     shape = alpha.shape
-    al, lb = alpha.ravel(), np.log(beta.ravel())
+    al, lb = alpha.ravel(), np.log(beta.ravel()) - np.log(scale.ravel())  # log(c a) = v - lb
     lo = np.minimum(np.log(al) - 12.0 / np.sqrt(al), (-45.0 + gammaln(al)) / al)
     hi = np.log(al + 50.0 + 12.0 * np.sqrt(al))
     n = int(max(SHAPE_MIN_POINTS, np.max(hi - lo) / SHAPE_STEP + 1)) if al.size else 1
@@ -99,23 +102,24 @@ def expected_lgamma(alpha, beta):
     logw = al[:, None] * v - np.exp(v) - gammaln(al)[:, None]
     w = np.exp(logw)
     w /= w.sum(axis=1, keepdims=True)                          # the trapezoid weights, normalised
-    u = v - lb[:, None]                                        # log a
+    u = v - lb[:, None]                                        # log(c a)
     f = _lgamma_of_exp(u)
     G = np.sum(w * f, axis=1)
     vbar = np.sum(w * v, axis=1, keepdims=True)
-    a = np.exp(u)
+    a = np.exp(v - np.log(beta.ravel())[:, None])              # a
     abar = np.sum(w * a, axis=1, keepdims=True)
     dG_da = np.sum(w * (f - G[:, None]) * (v - vbar), axis=1)          # Cov(f, d log p / d alpha)
     dG_db = np.sum(w * (f - G[:, None]) * (abar - a), axis=1)          # Cov(f, d log p / d beta)
     return G.reshape(shape), dG_da.reshape(shape), dG_db.reshape(shape)
 
 
-def expected_lgamma_mu_gradient(alpha, beta):
-    """(G, dG/dmu1, dG/dmu2): G's gradient in the Gamma's mean parameters
-    mu = (E[log a], E[a]) = (psi(alpha) - log beta, alpha / beta), via the Jacobian
-    J = d mu / d(alpha, beta): J^T g_mu = g_(alpha, beta)."""
-    G, ga, gb = expected_lgamma(alpha, beta)
-    alpha, beta = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float))
+def expected_lgamma_mu_gradient(alpha, beta, scale=1.0):
+    """(G, dG/dmu1, dG/dmu2): the gradient of G = E[log Gamma(c a)] in the Gamma's mean
+    parameters mu = (E[log a], E[a]) = (psi(alpha) - log beta, alpha / beta), via the
+    Jacobian J = d mu / d(alpha, beta): J^T g_mu = g_(alpha, beta)."""
+    G, ga, gb = expected_lgamma(alpha, beta, scale)
+    alpha, beta = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float),
+                                      G)[:2]
     j11, j12 = polygamma(1, alpha), -1.0 / beta     # d mu1 / d(alpha, beta)
     j21, j22 = 1.0 / beta, -alpha / beta ** 2       # d mu2 / d(alpha, beta)
     det = j11 * j22 - j12 * j21
@@ -162,3 +166,55 @@ class GammaShapeFactor(Conditional):
         n = wsum(w, **kw)
         c = wsum(w, np.asarray(lx) + lb, **kw)
         return (-n * g1 + 0.0 * c, c - n * g2)
+
+
+# ---- a random Dirichlet concentration (NCVMP) -----------------------------------------------
+class DirichletConcentrationFactor(Conditional):
+    """p ~ Dirichlet(s m): a fixed base vector m (last axis = the K categories) times a
+    concentration s, a Gamma node (non-conjugate: fit("ncvmp")).
+
+    log p(p | s) = sum_k (s m_k - 1) log p_k + log Gamma(s M) - sum_k log Gamma(s m_k), M = sum m:
+    linear in E[s] except the log-Gamma terms, whose expectations under q(s) = Gamma(alpha,
+    beta) and their mu-gradients come from :func:`expected_lgamma_mu_gradient`. The message
+    to s (in (E log s, E s)) is
+
+        (0, sum_n w_n sum_k m_k E[log p_nk]) + (sum_n w_n) grad_mu (E lgG(s M) - sum_k E lgG(s m_k))
+
+    (docs/hyperpriors.md)."""
+
+    conjugate = False
+
+    def __init__(self, node, parents, slots, base):
+        self.base = np.asarray(base, dtype=float)
+        super().__init__(node, parents, slots)
+
+    def fixed_plates(self):
+        return self.base.shape[:-1]
+
+    def describe(self):
+        return f"Dirichlet(concentration={self.parents[0].name}) of {self.node.label()}"
+
+    def prior_natural(self, u):
+        (_, s), = u
+        return (np.asarray(s)[..., None] * self.base - 1.0,)
+
+    def _terms(self, u, grad):
+        (ls, s), = u
+        alpha, beta = gamma_from_moments(ls, s)
+        alpha, beta = alpha[..., None], beta[..., None]
+        M = self.base.sum(-1, keepdims=True)
+        f = expected_lgamma_mu_gradient if grad else (lambda a, b, c: expected_lgamma(a, b, c)[:1])
+        whole = f(alpha, beta, M)                       # E lgG(s M) (+ gradient)
+        parts = f(alpha, beta, self.base)               # E lgG(s m_k)
+        return [p.sum(-1) - w[..., 0] for p, w in zip(parts, whole)]   # E[A] and its gradient
+
+    def expected_log_partition(self, u):
+        return self._terms(u, grad=False)[0]
+
+    def message(self, i, x, u, w, target):
+        (lp,) = x.moments
+        kw = dict(target_plates=target, full_plates=x.plates)
+        _, g1, g2 = self._terms(u, grad=True)
+        n = wsum(w, **kw)
+        return (-wsum(w, g1, **kw) + 0.0 * n,
+                wsum(w, np.sum(self.base * np.asarray(lp), axis=-1), **kw) - wsum(w, g2, **kw))
