@@ -265,3 +265,24 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
             theirs.append(Q.L[Q.iter - 1])
     np.testing.assert_allclose(ours, theirs, rtol=1e-10)
     assert ours[-1] > ours[0] + 1.0    # the sweeps did something
+
+
+def test_pca_by_svi_batches_the_scores_and_finds_the_subspace():
+    """fit("svi") over the rows: the scores x (plates (N, 1), reached from the data through
+    Dot(W, x)) are local, W, tau, alpha global; the start draws W (the zero-mean start is a
+    saddle). The noise sd and the 2-dimensional subspace are recovered."""
+    from scipy.linalg import subspace_angles
+    rng = np.random.default_rng(10)
+    N, D, K = 400, 6, 3
+    Wt = rng.normal(size=(D, 2))
+    Y = rng.normal(size=(N, 2)) @ Wt.T + 0.1 * rng.normal(size=(N, D))
+    alpha = bg.Gamma(1e-3, 1e-3, plates=(K,), name="alpha")
+    W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(D,), name="W")
+    x = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N, 1), name="x")
+    tau = bg.Gamma(1e-3, 1e-3, name="tau")
+    y = bg.Normal(bg.Dot(W, x), tau, name="y").observe(Y)
+    bg.Model(y).fit("svi", epochs=40, batch_size=100, seed=0, local_iters=20)
+    assert abs(1 / np.sqrt(tau.posterior.mean) - 0.1) < 0.01
+    Wm = W.posterior.mean
+    top = np.argsort(-np.sum(Wm ** 2, axis=0))[:2]       # the two largest components
+    assert subspace_angles(Wm[:, top], Wt).max() < 0.05

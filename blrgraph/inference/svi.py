@@ -67,7 +67,9 @@ class DataAxis:
             if extra:
                 raise ValueError(f"fit('svi'): local={sorted(n.name for n in extra)} are not on the "
                                  f"data axis of {batch_over.label()}")
-        self.order = [n for n in model.nodes if n in self.links]
+        # in discovery order (dict order): each node after the node it was reached from
+        # (a latent parent reached through a deterministic child: PCA's x via Dot(W, x))
+        self.order = list(self.links)
         self.local_latent = [n for n in model.schedule if n in self.links]
         self.global_latent = [n for n in model.schedule if n not in self.links]
 
@@ -246,6 +248,8 @@ def fit_svi(model, cfg, *, max_iter=None, tol=None, seed=None, callback=None, pr
             n.point = False  # a point mass publishes its prior expectations until updated
             n.set_natural(n.prior_natural())
             n.fitted = False
+        for n in model.nodes:
+            n.start(rng)  # declared hook (Node.start), e.g. Dot of two latent vectors
         t, perm, pos, trace = 0, None, 0, []
     else:
         if state["batch_size"] != batch_size or state["N"] != N:
