@@ -1,5 +1,5 @@
 """The factor graph: nodes, factors and their messages, plates, the Model."""
-from .deterministic import Add, Dot, Gather
+from .deterministic import Add, Dot, Gate, Gather
 from .model import Model
 from .node import Constant, Posterior, Stochastic
 from .potential import Potential
