@@ -6,14 +6,18 @@ Conjugate Bayes, VMP, SVI, non-conjugate VMP and EM are that update with
 different settings (``Model(...).fit(method)``).
 """
 from . import closed_form, families
-from .graph import (Add, Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma, Gate,
-                    Mixture, Model, Multinomial, MultivariateNormal, Normal, NormalGamma,
+from .graph import GaussianMarkovChain
+from .graph import (Add, Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma,
+                    Gate, Mixture, Multinomial, MultivariateNormal, Normal, NormalGamma,
                     NormalWishart, Poisson, Potential, Wishart)
-from .inference import METHODS, FitResult, elbo
+from .graph.predictive import log_predictive
+from .inference import METHODS, FitResult, Method, elbo
+from .model import Model
 
 __version__ = "0.1.0"
 
-__all__ = ["Add", "Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential", "Gate",
-           "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
-           "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult", "METHODS", "elbo",
-           "closed_form", "families"]
+__all__ = ["Add", "Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential",
+           "Gamma", "GaussianMarkovChain", "Gate", "Mixture", "Model", "Multinomial", "MultivariateNormal",
+           "Normal", "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult",
+           "METHODS", "Method", "elbo",
+           "closed_form", "families", "log_predictive"]

@@ -4,13 +4,15 @@
                                [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
                                [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
+                               [--save FIT.npz]
+    blrgraph predict FIT.npz NEW.csv [--out DIR]
     blrgraph demo [--out demo-output] [--k 3] [--seed 2] [--method svi ...]
     blrgraph models
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture, pca) or the path to a model file of your own: a Python file that defines
-``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
+poisson_mixture, local_level, pca) or the path to a model file of your own: a Python file
+that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
 ``fit`` prints the posterior summary table and the ELBO and writes, in --out:
@@ -105,6 +107,8 @@ def load_model(spec):
         raise CLIError(f"model file '{path}' must define build(data, **options) -> Model and "
                        f"summarize(fit) -> DataFrame; it lacks {', '.join(missing)}")
     module.MODEL_NAME = path.stem
+    module.MODEL_PATH = str(path)
+    module.IS_ZOO = path.parent.resolve() == zoo_dir().resolve()
     return module
 
 
@@ -119,17 +123,54 @@ def build_options(module, given):
             flag = {"k": "--k", "columns": "--columns", "target": "--target"}.get(k, f"--option {k}=...")
             raise CLIError(f"model '{module.MODEL_NAME}' has no option {k!r} ({flag}); its options: "
                            f"{', '.join(names) or 'none'}")
+        if k in params:
+            given[k] = _check_option_type(module, k, given[k], params[k].default)
     return given
+
+
+def _check_option_type(module, key, value, default):
+    """An option whose default in ``build`` is a bool, int, float or str takes a value of
+    that kind (an int where a float is expected, a whole float where an int is)."""
+    shown = _clip(repr(value))
+
+    def refuse(kind):
+        return CLIError(f"--option {key}={shown}: model '{module.MODEL_NAME}' expects {kind} for {key!r} "
+                        f"(default {default!r})")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise refuse("True or False")
+    elif isinstance(default, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise refuse("an integer")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise refuse("a number")
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise refuse("a word")
+    return value
+
+
+def _clip(text, n=80):
+    """At most ``n`` characters of ``text`` (a bad value echoed in a message)."""
+    text = str(text)
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _parse_option(text, flag="--option"):
     if "=" not in text:
-        raise CLIError(f"{flag} takes KEY=VALUE, got {text!r}")
+        raise CLIError(f"{flag} takes KEY=VALUE, got {_clip(repr(text))}")
     key, value = text.split("=", 1)
     try:
         value = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         pass  # a plain string
+    if isinstance(value, complex) or (isinstance(value, float) and not np.isfinite(value)):
+        raise CLIError(f"{flag} {_clip(text)}: the value must be a finite real number "
+                       f"(1e400 overflows to infinity)")
     return key.strip(), value
 
 
@@ -191,19 +232,14 @@ def full_elbo(fit):
 
 
 def _fit(model, method, seed, restarts, fit_options, out):
-    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it; after
-    SVI the ELBO on all the data, not the noisy minibatch estimate)."""
-    seeds = [seed + i for i in range(max(1, restarts))]
-    if len(seeds) > 1:
-        scores = []
-        for s in seeds:
-            f = model.fit(method, seed=s, **fit_options)
-            score = full_elbo(f)
-            score = f.elbo if score is None else score
-            scores.append(score)
-            print(f"  restart seed {s}: ELBO {score:.6f}", file=out)
-        seed = seeds[int(np.argmax(scores))]
-    return model.fit(method, seed=seed, **fit_options), seed
+    """Fit with the engine's ``restarts`` (the best start by ELBO, on all the data after
+    SVI); prints every start's ELBO. Returns (fit, the seed of the start kept)."""
+    if restarts <= 1:
+        return model.fit(method, seed=seed, **fit_options), seed
+    fit = model.fit(method, seed=seed, restarts=restarts, **fit_options)
+    for s, e in zip(fit.restart_seeds, fit.restart_elbos):
+        print(f"  restart seed {s}: ELBO {e:.6f}", file=out)
+    return fit, fit.restart_seeds[fit.best_restart]
 
 
 def _print_table(df, out):
@@ -224,58 +260,79 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
     stderr = stderr or sys.stderr
     if method is None:
         method = getattr(module, "DEFAULT_METHOD", "vmp")
+    check_settings(seed=seed, restarts=restarts, max_iter=max_iter, tol=tol, out_dir=out_dir,
+                   **{k: v for k, v in (fit_overrides or {}).items()
+                      if k in ("batch_size", "epochs")})
     _check_overrides(method, fit_overrides)        # before the (possibly long) build
+    if progress is None:
+        progress = stderr.isatty() if hasattr(stderr, "isatty") else False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = module.build(data, **options)
-        meta = getattr(model, "meta", {}) or {}
-        fit_options = _override(fit_options_for(meta, method), method, max_iter, tol,
-                                fit_overrides)
-        if progress is None:
-            progress = stderr.isatty() if hasattr(stderr, "isatty") else False
+        model = _build(module, data, options)
+        fit_options = _override(fit_options_for(getattr(model, "meta", {}) or {}, method),
+                                method, max_iter, tol, fit_overrides)
         if progress:
             fit_options["progress"] = True
         print(f"blrgraph: fitting {module.MODEL_NAME} to {data_label or data} "
               f"(method {method!r}, seed {seed})", file=stdout)
         fit, used_seed = _fit(model, method, seed, restarts, fit_options, stdout)
-        summary = module.summarize(fit)
+        summary = _call_model(module, "summarize", module.summarize, fit)
         if type(summary.index).__name__ != "RangeIndex":   # named rows (e.g. terms): keep them
             summary = summary.reset_index()
     for w in caught:
         print(f"blrgraph: warning: {w.message}", file=stderr)
-
-    print(file=stdout)
-    _print_table(summary, stdout)
-    print(file=stdout)
-    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
-    elbo_all = None
-    if getattr(fit, "estimate", False):
-        state = getattr(fit.model, "svi_state", None) or {}
-        size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
-                if "batch_size" in state else "")
-        print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
-              f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
-        elbo_all = full_elbo(fit)
-        if elbo_all is not None:
-            print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
-        what = f"{what} estimate"
-    else:
-        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
-        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
-              file=stdout)
+    what, elbo_all = _report(fit, summary, stdout)
     if after_summary is not None:
         after_summary(fit, stdout)
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "summary.csv", out / "summary.json"]
-    summary.to_csv(written[0], index=False)
     record = {"model": module.MODEL_NAME, "data": str(data_label or data), "options": options,
               "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
               "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
               "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,
               "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
+    written = _write(module, fit, summary, record, what, Path(out_dir), plots, stderr)
+    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
+    return fit, summary
+
+
+def _build(module, data, options):
+    """The model file's ``build(data, **options)``, which must return a Model."""
+    model = _call_model(module, "build", module.build, data, **options)
+    from blrgraph.model import Model
+    if not isinstance(model, Model):
+        raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
+                       f"blrgraph Model; end build with 'return bg.Model(...)'")
+    return model
+
+
+def _report(fit, summary, stdout):
+    """Print the summary table and the objective; returns (its name, the ELBO on all the
+    data after SVI or None)."""
+    print(file=stdout)
+    _print_table(summary, stdout)
+    print(file=stdout)
+    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
+    if not getattr(fit, "estimate", False):
+        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
+        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
+              file=stdout)
+        return what, None
+    state = getattr(fit.model, "svi_state", None) or {}
+    size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
+            if "batch_size" in state else "")
+    print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
+          f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
+    elbo_all = full_elbo(fit)
+    if elbo_all is not None:
+        print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
+    return f"{what} estimate", elbo_all
+
+
+def _write(module, fit, summary, record, what, out, plots, stderr):
+    """summary.csv, summary.json, the ELBO plot and the model's own outputs; returns paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv", out / "summary.json"]
+    summary.to_csv(written[0], index=False)
     from blrgraph.io import jsonable
     written[1].write_text(json.dumps(jsonable(record), indent=2) + "\n")
     if plots:
@@ -293,11 +350,82 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                written.extend(extra(fit, out) if plots else _without_plots(extra, fit, out))
+                written.extend(_call_model(module, "write_outputs", extra, fit, out) if plots
+                               else _call_model(module, "write_outputs", _without_plots, extra,
+                                                fit, out))
             except ImportError as e:
                 print(f"blrgraph: warning: some outputs skipped: {e}", file=stderr)
-    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
-    return fit, summary
+    return written
+
+
+#: errors a zoo model raises on purpose, with a message for the user (they pass unchanged)
+USER_ERRORS = (CLIError, ValueError, TypeError, KeyError, ImportError, FileNotFoundError,
+               FloatingPointError, np.linalg.LinAlgError)
+
+
+def _where(module):
+    return (f"model '{module.MODEL_NAME}'" if getattr(module, "IS_ZOO", False)
+            else f"model file '{getattr(module, 'MODEL_PATH', module.MODEL_NAME)}'")
+
+
+def _call_model(module, what, func, *args, **kw):
+    """Call a function of the model file; an error that is not one of the messages a zoo
+    model gives on purpose is reported in one line naming the file (--debug: traceback)."""
+    try:
+        return func(*args, **kw)
+    except USER_ERRORS as e:
+        if getattr(module, "IS_ZOO", False) or isinstance(e, CLIError):
+            raise
+        raise ModelFileError(module, what, e) from e
+    except Exception as e:  # noqa: BLE001 -- a user's model file may raise anything
+        raise ModelFileError(module, what, e) from e
+
+
+class ModelFileError(CLIError):
+    """An exception raised inside a model file's build / summarize / write_outputs."""
+
+    def __init__(self, module, what, error):
+        msg = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(f"{_where(module)}: {what}() raised {type(error).__name__}"
+                         f"{': ' + _clip(msg, 200) if msg else ''} (run with --debug to see the "
+                         f"traceback)")
+
+
+def check_settings(seed=0, restarts=1, max_iter=None, tol=None, out_dir=None, batch_size=None,
+                   epochs=None):
+    """The command line's settings, checked before anything is built or fitted."""
+    def whole(flag, v, low):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                              or v < low):
+            raise CLIError(f"{flag} {v}: give an integer >= {low}")
+
+    whole("--seed", seed, 0)
+    whole("--restarts", restarts, 1)
+    whole("--max-iter", max_iter, 1)
+    whole("--batch-size", batch_size, 1)
+    whole("--epochs", epochs, 1)
+    if tol is not None and not (np.isfinite(tol) and tol >= 0):
+        raise CLIError(f"--tol {tol}: give a finite number >= 0 (the relative ELBO change that "
+                       f"ends the run)")
+    if out_dir is not None:
+        check_out_dir(out_dir)
+
+
+def check_out_dir(out_dir):
+    """--out must be a directory that exists or can be made, and be writable: checked
+    before fitting (the results of a long fit are not lost), without creating it."""
+    out = Path(out_dir)
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "" if probe == out else f" ('{probe}' is a file)"
+        raise CLIError(f"--out {out_dir}: not a directory{where}; give a directory for the results")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "" if probe == out else f" (its parent '{probe}' is not writable)"
+        raise CLIError(f"--out {out_dir}: cannot write there{what}; give a writable directory")
 
 
 def _without_plots(extra, fit, out):
@@ -334,10 +462,65 @@ def cmd_fit(args, stdout, stderr):
         raise CLIError(f"data file '{args.data}' not found")
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
-    run(module, table, options, method=args.method, seed=args.seed, restarts=args.restarts,
-        max_iter=args.max_iter, tol=args.tol, fit_overrides=_fit_overrides(args),
-        out_dir=args.out, plots=not args.no_plots,
-        progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        _check_predictable(module)            # before the (possibly long) fit
+    fit, _ = run(module, table, options, method=args.method, seed=args.seed,
+                 restarts=args.restarts, max_iter=args.max_iter, tol=args.tol,
+                 fit_overrides=_fit_overrides(args), out_dir=args.out, plots=not args.no_plots,
+                 progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        save_for_predict(module, fit, args.save, options, args.model, stdout)
+    return 0
+
+
+# ---- saved fits and predictions on new rows (docs/predict.md) -------------------------------
+def save_for_predict(module, fit, path, options, spec, stdout):
+    """``fit --save FIT.npz``: the global posteriors and the model's plain settings
+    (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
+    from blrgraph.saved import save_fit
+    _check_predictable(module)
+    zoo = zoo_models()
+    name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
+        str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
+    save_fit(fit, path, model=name, options=options, method=fit.method)
+    print(f"saved the fit for prediction: {path}  (blrgraph predict {path} NEW.csv)", file=stdout)
+
+
+def _check_predictable(module):
+    if not callable(getattr(module, "predict_table", None)):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data); "
+                       f"--save writes fits for 'blrgraph predict', which needs it")
+
+
+def cmd_predict(args, stdout, stderr):
+    from blrgraph import io
+    from blrgraph.saved import load_fit
+    if not Path(args.fit).is_file():
+        raise CLIError(f"fit file '{args.fit}' not found (write one with 'blrgraph fit MODEL "
+                       f"DATA.csv --save {args.fit}')")
+    saved = load_fit(args.fit)
+    module = load_model(saved.info["model"])
+    predict = getattr(module, "predict_table", None)
+    if not callable(predict):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data)")
+    data = Path(args.data)
+    if not data.is_file():
+        raise CLIError(f"data file '{args.data}' not found")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = predict(saved, io.read_table(data))
+    for w in caught:
+        print(f"blrgraph: warning: {w.message}", file=stderr)
+    print(f"blrgraph: predictions of {module.MODEL_NAME} (fit {args.fit}, method "
+          f"{saved.method!r}) for {len(table)} rows of {data}", file=stdout)
+    print(file=stdout)
+    _print_table(table.head(args.show), stdout)
+    if len(table) > args.show:
+        print(f"... ({len(table) - args.show} more rows in predictions.csv)", file=stdout)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "predictions.csv", index_label="row")
+    print(f"wrote {out / 'predictions.csv'}", file=stdout)
     return 0
 
 
@@ -389,6 +572,8 @@ def make_parser():
     p = argparse.ArgumentParser(
         prog="blrgraph",
         description="Fit models of the blrgraph zoo (or your own model file) to a CSV table.")
+    debug_help = "show the Python traceback of an error (also: BLRGRAPH_DEBUG=1)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -414,6 +599,7 @@ def make_parser():
         g.add_argument("--progress", dest="progress", action="store_true", default=None,
                        help="show a progress bar (needs tqdm; default: when stderr is a terminal)")
         g.add_argument("--no-progress", dest="progress", action="store_false")
+        q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
 
     f = sub.add_parser("fit", help="fit MODEL to DATA.csv, print and write the posterior summary",
                        description="Fit MODEL (a zoo name or a model file) to DATA.csv.")
@@ -429,8 +615,23 @@ def make_parser():
                    help="maximum number of sweeps (--method svi: of minibatch steps, instead of "
                         "--epochs)")
     f.add_argument("--tol", type=float, help="relative ELBO change that ends the run")
+    f.add_argument("--save", metavar="FIT.npz",
+                   help="also write the fitted global posteriors and the model's settings, for "
+                        "'blrgraph predict FIT.npz NEW.csv' (no training data needed)")
     common(f, "blrgraph-output")
     f.set_defaults(handler=cmd_fit)
+
+    pr = sub.add_parser("predict", help="predict new rows with a fit saved by 'fit --save'",
+                        description="Predictions for the rows of NEW.csv from a fit saved with "
+                                    "'blrgraph fit ... --save FIT.npz': cluster probabilities "
+                                    "(mixtures), predictive means and intervals (regressions), "
+                                    "topic mixtures (lda).")
+    pr.add_argument("fit", metavar="FIT.npz", help="file written by 'blrgraph fit ... --save'")
+    pr.add_argument("data", metavar="NEW.csv", help="CSV file with the model's columns")
+    pr.add_argument("--out", default="blrgraph-predictions",
+                    help="output directory for predictions.csv (blrgraph-predictions)")
+    pr.add_argument("--show", type=int, default=20, help="rows to print (20)")
+    pr.set_defaults(handler=cmd_predict)
 
     d = sub.add_parser("demo", help="fit the Gaussian mixture to the bundled iris measurements",
                        description="Fit a 3-component Gaussian mixture to the iris measurements "
@@ -440,6 +641,7 @@ def make_parser():
     d.set_defaults(handler=cmd_demo)
 
     m = sub.add_parser("models", help="list the models of the zoo")
+    m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     m.set_defaults(handler=cmd_models)
     return p
 
@@ -461,12 +663,19 @@ def main(argv=None, stdout=None, stderr=None):
         except OSError:
             pass
         return 1
-    except (CLIError, ValueError, TypeError, KeyError, ImportError, FileNotFoundError,
-            FloatingPointError, np.linalg.LinAlgError) as e:
-        if os.environ.get("BLRGRAPH_DEBUG"):  # show the traceback
+    except (USER_ERRORS + (OSError,)) as e:
+        if args.debug or os.environ.get("BLRGRAPH_DEBUG"):  # show the traceback
+            if isinstance(e, ModelFileError):
+                raise e.__cause__
             raise
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"blrgraph: error: {msg}", file=stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 -- one line, not a traceback, unless --debug
+        if args.debug or os.environ.get("BLRGRAPH_DEBUG"):
+            raise
+        print(f"blrgraph: error: {type(e).__name__}: {_clip(e, 300)} (an unexpected error; run "
+              f"with --debug to see the traceback)", file=stderr)
         return 1
 
 

@@ -238,6 +238,7 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
     Y = rng.normal(size=(M, 2)) @ rng.normal(size=(2, N)) + 0.3 * rng.normal(size=(M, N))
     mask = rng.random((M, N)) < 0.9
     m0 = rng.normal(size=(N, K))
+    w0 = rng.normal(size=(M, K))
     sweeps = 12
 
     alpha = bg.Gamma(1e-2, 1e-2, plates=(K,), name="alpha")
@@ -246,7 +247,9 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
     tau = bg.Gamma(1e-2, 1e-2, name="tau")
     y = bg.Normal(bg.Dot(W, X), tau, name="Y").observe(np.where(mask, Y, np.nan), mask=mask)
     X.start_from(m0, np.eye(K))
-    ours = bg.Model(y, schedule=[W, X, tau, alpha]).fit("vmp", max_iter=sweeps, tol=0).elbo_trace
+    W.start_from(w0[:, None, :], np.eye(K))
+    model = bg.Model(y, schedule=[X, tau, alpha, W])
+    ours = model.fit("vmp", max_iter=sweeps, tol=0).elbo_trace
 
     a = nodes.Gamma(1e-2, 1e-2, plates=(K,), name="alpha")
     Wb = nodes.GaussianARD(0, a, shape=(K,), plates=(M, 1), name="W")
@@ -256,12 +259,14 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
     yb = nodes.GaussianARD(F, t, name="Y")
     yb.observe(Y, mask=mask)
     Xb.initialize_from_mean_and_covariance(m0[None], np.eye(K))
+    Wb.initialize_from_mean_and_covariance(w0[:, None, :], np.eye(K))
     Q = VB(yb, F, Wb, Xb, t, a)
     theirs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(sweeps):
-            Q.update(repeat=1, verbose=False)
+            Q.update(Xb, t, a, Wb, repeat=1, verbose=False)   # blrgraph's order: the globals
+            # X, tau, alpha, then W, local on the data axis (the M rows of Y)
             theirs.append(Q.L[Q.iter - 1])
     np.testing.assert_allclose(ours, theirs, rtol=1e-10)
     assert ours[-1] > ours[0] + 1.0    # the sweeps did something

@@ -59,6 +59,13 @@ class Gather(Deterministic):
         self._cache = (src, self.idx, out)
         return out
 
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state.update(idx=self.idx, _scatter=self._scatter)
+        self.idx = source_rows
+        self._scatter = Scatter(self.idx, self.source.plates[0])  # the source is restricted first
+        return state
+
     def backward(self, msg, parent):
         if len(msg) == 1 and hasattr(msg[0], "scatter") and self.idx.ndim == 1:
             out = msg[0].scatter(self.idx, self.source.plates[0])  # factored: no entries x K
@@ -140,6 +147,19 @@ class Dot(Deterministic):
         for p in self.operands:
             p._add_child(self)
 
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state["X"] = self.X
+        self.X = self.X[rows] if self.X.ndim > 1 else self.X
+        return state
+
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state["X"] = self.X
+        if self.X is not None and self.X.ndim > 1:
+            self.X = self.X[rows]
+        return state
+
     def moments(self):
         srcs = tuple(p.moments() for p in self.operands)
         cached = getattr(self, "_cache", None)
@@ -175,11 +195,15 @@ class Dot(Deterministic):
         """Two latent operands with zero-mean priors are a saddle point of the ELBO
         (each one's message to the other is 0, so VMP never leaves E[x] = E[w] = 0):
         each latent operand starts at q = N(a draw from its prior, the prior's
-        covariance), as BayesPy's ``initialize_from_random``. ``fit(seed=...)``
-        fixes the draw (operands in creation order, so Dot(W, x) = Dot(x, W))."""
-        if self.X is not None or any(getattr(p, "_start", None) is not None for p in self.operands):
-            return  # a given start (``node.start_from``) has broken the symmetry already
+        covariance), as BayesPy's ``initialize_from_random``, unless it has a start given
+        by ``node.start_from`` (whichever operand the schedule updates first must see a
+        nonzero partner). ``fit(seed=...)`` fixes the draw (operands in creation order,
+        so Dot(W, x) = Dot(x, W))."""
+        if self.X is not None:
+            return
         for p in sorted(self.operands, key=lambda n: n.id):
+            if getattr(p, "_start", None) is not None:
+                continue   # a given start (``node.start_from``)
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
 
@@ -323,11 +347,17 @@ class Gate(Deterministic):
             raise ValueError(f"Gate({z.name}, {node.name}): z's plates {z.plates} do not broadcast "
                              f"with the node's plates without the component axis, {rest}") from None
         super().__init__(name or f"gate({z.name},{node.name})", plates)
-        self.z, self.node, self.K, self.rest = z, node, K, rest
+        self.z, self.node, self.K = z, node, K
         self.provides = node.provides
         self.parents = [z, node]
         z._add_child(self)
         node._add_child(self)
+
+    @property
+    def rest(self):
+        """The node's plates without the component axis (read each time: a minibatch
+        or an active-rows view restricts the node's plates)."""
+        return self.node.plates[:self.axis] + self.node.plates[self.axis + 1:]
 
     def _add_child(self, child):
         others = [p for p in getattr(child, "parents", []) if p is not self]
@@ -386,11 +416,7 @@ class Gate(Deterministic):
             out.append(np.moveaxis(red, -1, self.axis))
         return tuple(out)
 
-    def start(self, rng):
-        """z at random responsibilities (Dirichlet(1) draws), as a mixture's assignments:
-        at its prior every component would receive the same messages."""
-        z = self.z
-        if z.stochastic and not z.observed and z.nat is not None and \
-                getattr(z, "_start", None) is None:
-            r = rng.dirichlet(np.ones(self.K), size=z.plates)
-            z.set_natural((np.log(np.maximum(r, 1e-300)),))
+    def selector(self):
+        """z: the fit treats it as a mixture assignment (started at random
+        responsibilities, or ``init=``; updated with the local block)."""
+        return self.z

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..families.gathered import GatheredSoftmax, gathered_sum
+from .inputs import check_observation, check_plates, check_stream_shape
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -22,6 +23,8 @@ class Node:
 
     deterministic = False
     stochastic = False
+    #: can the node become a view of some entries of its first plate axis (``restrict``)?
+    restrictable = True
 
     def __init__(self, name, plates):
         self.id = next(_ids)
@@ -49,6 +52,28 @@ class Node:
         move its own or its parents' q to a better starting point (``Dot`` of two
         latent vectors breaks their symmetry). Default: nothing."""
 
+    def selector(self):
+        """The Categorical node this deterministic node selects components by (``Gate``),
+        or None; the fit treats it as a mixture assignment (its start, its place in the
+        local block). Stochastic nodes answer through their factor's ``selector()``."""
+        return None
+
+    # ---- views of some entries of the first plate axis (minibatches, active rows) ----
+    def restrict(self, rows, cut, source_rows=None):
+        """Become the view of entries ``rows`` of the first plate axis; returns what
+        :meth:`restore` needs to undo it. ``cut(array, rows)`` slices an array once per
+        view (arrays shared by several nodes are sliced once); a gather also gets the
+        remapped indices ``source_rows`` into its restricted source."""
+        state = {"plates": self.plates, "replicates": self.replicates}
+        self.plates = (len(rows),) + self.plates[1:]
+        self.replicates = cut(self.replicates, rows)
+        return state
+
+    def restore(self, state):
+        """Undo :meth:`restrict`."""
+        for k, v in state.items():
+            setattr(self, k, v)
+
     def _add_child(self, child):
         if child not in self.children:
             self.children.append(child)
@@ -62,7 +87,12 @@ class Constant(Node):
         super().__init__(name or "constant", value.shape[: value.ndim - family.value_ndim])
         self.value = value
         self.provides = family
-        self._moments = family.suff_stats(value)
+        self._moments = family.suff_stats(family.centre(value))
+
+    def set_family(self, family):
+        """Publish T of the value under ``family`` (a location shift, graph/centring.py)."""
+        self.provides = family
+        self._moments = family.suff_stats(family.centre(self.value))
 
     def moments(self):
         return self._moments
@@ -209,6 +239,18 @@ class Posterior:
     def entropy(self):
         return self.family.entropy(self.natural)
 
+    def sample(self, size=None, seed=None):
+        """Draws from q: shape (size,) + plates + event (a pair of arrays for a joint
+        NormalGamma / NormalWishart node; labels for a Categorical; the point, repeated,
+        for a point mass)."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        if self.is_point:
+            v = self.family.point_value(self.natural)
+            lead = () if size is None else ((int(size),) if np.ndim(size) == 0 else tuple(size))
+            rep = lambda a: np.broadcast_to(a, lead + np.shape(a)).copy()  # noqa: E731
+            return tuple(rep(a) for a in v) if isinstance(v, tuple) else rep(v)
+        return self.family.sample(self.natural, rng, size)
+
     def __repr__(self):
         kind = "point mass" if self.is_point else self.family.name
         return f"<Posterior of {self.node.label()}: {kind}, plates={self.node.plates}>"
@@ -232,7 +274,7 @@ class Stochastic(Node):
         if plates is None:
             plates = implied
         else:
-            plates = tuple(int(p) for p in np.atleast_1d(plates)) if np.ndim(plates) else (int(plates),)
+            plates = check_plates(self, plates)
             try:
                 full = broadcast_plates(implied, plates)
             except ValueError:
@@ -254,7 +296,7 @@ class Stochastic(Node):
         """The prior natural parameters (None if deferred), computed before the node is
         linked to its parents: parameters whose event shapes do not fit together (a
         length-3 mean with a 2x2 precision) are refused here, naming the node."""
-        comp = getattr(self.factor, "component", None)
+        comp = self.factor.component
         try:
             if not self.defer_prior:
                 return self.prior_natural()
@@ -279,6 +321,7 @@ class Stochastic(Node):
         self.fitted = False
         self._moments = None
         self._obs_moments = None
+        self._centred = None
         self.nat = None
 
     # ---- start ----------------------------------------------------------------
@@ -314,44 +357,97 @@ class Stochastic(Node):
         (``fit("svi")``), so memory does not grow with the number of rows."""
         from .data import prepare_observation
         from .stream import as_source
-        self.source = as_source(data)
-        if self.source is not None:
-            if mask is not None or weights is not None:
-                raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
-                                 f"mark missing values as NaN-free chunks or load the data")
-            shape = self.source.shape
-            vnd = self.family.value_ndim
-            self.plates = tuple(shape[: len(shape) - vnd])
-            self.value, self.mask, self.weights = None, None, None
-        else:
-            self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
+        before = dict(self.__dict__)     # a refused observe leaves the node as it was
+        try:
+            source = as_source(data)
+            if source is not None:
+                if mask is not None or weights is not None:
+                    raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
+                                     f"stream complete (NaN-free) chunks, or load the data into "
+                                     f"memory to mask or weight it")
+                plates = check_stream_shape(self, source.shape)
+                value, m, w = None, None, None
+            else:
+                data, weights = check_observation(self, data, mask, weights)
+                value, m, w = prepare_observation(self, data, mask, weights)
+                plates = self.plates
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        self.source, self.plates = source, plates
+        self.value, self.mask, self.weights = value, m, w
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
         self.release()   # work arrays built from the previous data (the array may be reused)
         return self
 
+    def restrict(self, rows, cut, source_rows=None):
+        nat = None if self.observed else self.nat  # (a factored q is read at the full plates)
+        state = super().restrict(rows, cut)
+        if self.observed:
+            state.update(value=self.value, mask=self.mask, weights=self.weights,
+                         _obs_moments=self._obs_moments)
+            if self.source is not None:
+                self.value, self.mask, self.weights = self.read_batch(rows)
+            else:
+                self.value = cut(self.value, rows)
+                self.mask = cut(self.mask, rows)
+                self.weights = cut(self.weights, rows)
+            self._obs_moments = None
+        else:
+            state.update(nat=nat, _moments=self._moments)
+            self.nat = tuple(np.broadcast_to(a, state["plates"] + np.shape(a)[np.ndim(a) - k:])[rows]
+                             for a, k in zip(nat, self.family.event_ndims))
+            self._moments = None
+        return state
+
+    def restore(self, state):
+        nat = state.pop("nat", None)
+        super().restore(state)
+        if nat is not None:
+            self.nat = nat
+
     def read_batch(self, rows):
-        """Validated data of entries ``rows`` of the first plate axis (streamed data)."""
-        from .data import prepare_observation
-        return prepare_observation(self, self.source.read(rows), None, None)
+        """Validated data of entries ``rows`` of the first plate axis (streamed data); errors
+        give the source's row numbers."""
+        from .inputs import check_batch
+        return check_batch(self, rows)
+
+    def centred_value(self):
+        """The data in the family's centred coordinates (x - c, graph/centring.py): built
+        once per data array (kept while ``self.value`` is the same object); masked entries
+        hold 0. Without a shift, the data themselves."""
+        if self.value is None or getattr(self.family, "shift", None) is None:
+            return self.value
+        cached = getattr(self, "_centred", None)
+        if cached is not None and cached[0] is self.value and cached[1] is self.family:
+            return cached[2]
+        v = self.family.centre(self.value)
+        if self.mask is not None:
+            m = np.asarray(self.mask) != 0
+            m = m.reshape(m.shape + (1,) * (np.ndim(v) - m.ndim))
+            v = np.where(m, v, 0.0)
+        self._centred = (self.value, self.family, v)
+        return v
 
     def child_data(self):
         if self.observed:
-            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
-                             make_moments=self._observed_moments)
+            return ChildData(self.centred_value(), self._obs_moments, self.plates,
+                             self.family.value_ndim, make_moments=self._observed_moments)
         if self.point:
-            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
-                             self.plates, self.family.value_ndim)
+            return ChildData(self.family.centred_point_value(self.nat),
+                             self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
         return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
 
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
         if self._obs_moments is None:
-            if type(self.family).__name__ == "Categorical" and self.family.K is None:
+            if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
-                self._obs_moments = self.family.suff_stats(self.value)
+                self._obs_moments = self.family.suff_stats(self.centred_value())
         return self._obs_moments
 
     def moments(self):
@@ -423,11 +519,36 @@ class Stochastic(Node):
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
+    # ---- predictions (graph/predictive.py, docs/predict.md) --------------------------------
+    def predictive(self, inputs=None, *, samples=2000, seed=0):
+        """The posterior predictive E_q[p(x | parents)] of every entry, after a fit: a
+        :class:`~blrgraph.graph.predictive.Predictive` with ``mean``, ``var`` (``cov``),
+        ``logpdf``, ``sample`` and ``to_scipy``. Exact for conjugate parents; Monte Carlo
+        over q (``samples`` draws, ``seed``) otherwise. Masked entries of observed data get
+        their imputation. ``inputs``: new design rows of a ``Dot(X, w)`` parent, new rows of
+        a Mixture (NaN = missing cells), or ``{name: new values}`` (docs/predict.md)."""
+        from .predictive import node_predictive
+        return node_predictive(self, inputs, samples=samples, seed=seed)
+
     # ---- messages -----------------------------------------------------------
+    def _observed_parent_mask(self):
+        """The masks of this node's observed parents (an entry whose observed parent, e.g.
+        a class label, is missing informs no parameter: its parent has no value there)."""
+        out = None
+        for p in self.factor.parents:
+            if getattr(p, "observed", False) and p.stochastic and p.mask is not None:
+                m = np.asarray(p.mask, dtype=float)
+                out = m if out is None else out * m
+        return out
+
     def message_weight(self, parent):
         """Per-entry weight of this node's messages to ``parent``: mask x counts
-        (counts are left out when the parent stands for the same copies)."""
+        (counts are left out when the parent stands for the same copies), x the masks
+        of observed parents."""
         w = self.mask
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None and parent.replicates is not self.replicates:
             w = self.replicates if w is None else w * self.replicates
         return w
@@ -438,7 +559,7 @@ class Stochastic(Node):
         u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
         q = getattr(self, "_factored", None)
-        if q is not None and not self.point and hasattr(self.factor, "factored_message"):
+        if q is not None and not self.point:
             slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
             if m is not None:
@@ -456,7 +577,7 @@ class Stochastic(Node):
         :meth:`set_natural_terms`), or None when its factor cannot give it so."""
         f = self.factor
         slots = [i for i, p in enumerate(f.parents) if p is parent]
-        if not hasattr(f, "message_terms") or len(slots) != 1:
+        if len(slots) != 1:
             return None
         u = _LazyMoments(f.parents)
         return f.message_terms(slots[0], self.child_data(), u, self.message_weight(parent),
@@ -474,6 +595,9 @@ class Stochastic(Node):
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
         w = self.mask
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None:
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
