@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .inference.jsonify import jsonable  # noqa: F401  (re-exported: io.jsonable)
+
 PANDAS_HINT = "pip install blrgraph[tables]"
 
 #: Extra cell values read as missing, on top of pandas' defaults
@@ -800,29 +802,6 @@ def assignment_table(resp, label="component"):
 
 
 # ---- zoo results -----------------------------------------------------------------------------
-def jsonable(x):
-    """A JSON-ready copy of ``x``: numpy scalars and arrays as Python numbers and lists,
-    NaN/inf and pandas NA as None, anything else unknown as its str."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    try:
-        if x != x:  # pandas NA/NaT
-            return None
-    except (TypeError, ValueError):
-        pass
-    return str(x)
-
-
 def fitted_model(fit, zoo):
     """The Model of ``fit`` (a FitResult or a Model) after checking that the zoo model
     ``zoo`` built it (``model.meta["zoo"]``); a TypeError says what to pass."""

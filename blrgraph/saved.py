@@ -23,7 +23,8 @@ import numpy as np
 
 from .families import FAMILIES
 from .graph.node import Posterior
-from .inference.checkpoint import _digest, _plain
+from .inference.checkpoint import _digest
+from .inference.jsonify import plain as _plain
 
 FORMAT = "blrgraph-fit"
 VERSION = 1

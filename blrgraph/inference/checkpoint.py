@@ -21,6 +21,8 @@ import zipfile
 
 import numpy as np
 
+from .jsonify import plain
+
 FORMAT = "blrgraph-checkpoint"
 VERSION = 1
 _META = "__meta__"
@@ -42,17 +44,8 @@ def _digest(arrays):
     return h.hexdigest()
 
 
-def _plain(x):
-    """numpy scalars -> Python numbers for JSON."""
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    raise TypeError(f"cannot store {type(x).__name__} in checkpoint metadata")
-
-
 def _jsonable_rng(state):
-    return json.loads(json.dumps(state, default=_plain))
+    return json.loads(json.dumps(state, default=plain))
 
 
 def save(model, path):
@@ -79,7 +72,7 @@ def save(model, path):
                        "converged": bool(res.converged), "objective": res.objective}
         arrays["fit/elbo_trace"] = np.asarray(res.elbo_trace, dtype=float)
     meta["sha256"] = _digest(arrays)
-    blob = np.frombuffer(json.dumps(meta, default=_plain).encode("utf-8"), dtype=np.uint8)
+    blob = np.frombuffer(json.dumps(meta, default=plain).encode("utf-8"), dtype=np.uint8)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays, **{_META: blob})
     return path
@@ -212,16 +205,12 @@ def _check_meta(path, meta):
             raise _invalid(path, f"'{key}' must be an object or null")
 
 
-#: families whose natural parameters may take any real value (logits, log-rates)
-_UNCONSTRAINED = ("Bernoulli", "Binomial", "Categorical", "Multinomial", "Poisson")
-
-
 def _check_space(path, node, nat):
     """The natural parameters must describe a distribution of the node's family: the
     family's own checks on the parameters they give (a Dirichlet alpha > 0, an SPD
     Wishart scale with dof > D - 1, ...)."""
     fam = node.family
-    if type(fam).__name__ in _UNCONSTRAINED:
+    if fam.natural_unconstrained:
         return
     try:
         with np.errstate(all="ignore"):
