@@ -142,7 +142,7 @@ def _start(model, plan, opts, rng):
         n.set_natural(n.prior_natural())
         n.fitted = False
     for n in model.nodes:
-        n.start(rng)  # declared hook (Node.start): a given start, Dot/Gate symmetry breaking
+        n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
 
 
 def _fit_once(model, method, opts, seed):
