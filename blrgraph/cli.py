@@ -12,7 +12,7 @@
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture, local_level) or the path to a model file of your own: a Python file
+poisson_mixture, local_level, pca) or the path to a model file of your own: a Python file
 that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 

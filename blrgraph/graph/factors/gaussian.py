@@ -31,11 +31,16 @@ class NormalFactor(Conditional):
         return 0.5 * t * m2 - 0.5 * lt + 0.5 * LOG2PI
 
     def message(self, i, x, u, w, target):
-        (m1, m2), (_, t) = u
-        x1, x2 = x.moments
+        t = u[1][1]   # the message to the mean does not read the mean's moments (u is lazy:
+        x1, x2 = x.moments  # a Dot(W, x) mean is not recomputed for it)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
+            if w is None and tuple(target) == tuple(x.plates):
+                # nothing to sum: the precision at its own (broadcastable) shape, so a
+                # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
+                return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
+        m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
 
