@@ -6,14 +6,14 @@ Conjugate Bayes, VMP, SVI, non-conjugate VMP and EM are that update with
 different settings (``Model(...).fit(method)``).
 """
 from . import closed_form, families
-from .graph import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Dot, Exponential, Gamma,
-                    Mixture, Model, Multinomial, MultivariateNormal, Normal, NormalGamma,
-                    NormalWishart, Poisson, Potential, Wishart)
+from .graph import (Bernoulli, Beta, Binomial, Categorical, CategoricalMarkovChain, Dirichlet, Dot,
+                    Exponential, Gamma, Mixture, Model, Multinomial, MultivariateNormal, Normal,
+                    NormalGamma, NormalWishart, Poisson, Potential, Wishart)
 from .inference import METHODS, FitResult, elbo
 
 __version__ = "0.1.0"
 
-__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Dirichlet", "Dot", "Exponential",
-           "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal", "Normal",
-           "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult", "METHODS", "elbo",
-           "closed_form", "families"]
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "CategoricalMarkovChain", "Dirichlet",
+           "Dot", "Exponential", "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal",
+           "Normal", "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult",
+           "METHODS", "elbo", "closed_form", "families"]

@@ -3,6 +3,7 @@ from .deterministic import Dot, Gather
 from .model import Model
 from .node import Constant, Posterior, Stochastic
 from .potential import Potential
+from .categorical_chain import CategoricalMarkovChain
 from .nodes import (Bernoulli, Beta, Binomial, Categorical, Dirichlet, Exponential, Gamma, Mixture,
                     Multinomial, MultivariateNormal, Normal, NormalGamma, NormalWishart, Poisson,
                     Wishart)
