@@ -75,21 +75,22 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
     alpha = np.empty((S, T, K))
     z = np.empty((S, T))
-    a = B[:, 0]
-    z[:, 0] = a.sum(-1)
-    alpha[:, 0] = a / z[:, 0, None]
-    if shared:
-        for t in range(1, T):
-            a = (alpha[:, t - 1] @ At) * B[:, t]
-            zt = a.sum(-1)
-            z[:, t] = zt
-            alpha[:, t] = a / zt[:, None]
-    else:
-        for t in range(1, T):
-            a = np.matmul(alpha[:, t - 1, None, :], At)[:, 0] * B[:, t]
-            zt = a.sum(-1)
-            z[:, t] = zt
-            alpha[:, t] = a / zt[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):   # underflow: redone in log space
+        a = B[:, 0]
+        z[:, 0] = a.sum(-1)
+        alpha[:, 0] = a / z[:, 0, None]
+        if shared:
+            for t in range(1, T):
+                a = (alpha[:, t - 1] @ At) * B[:, t]
+                zt = a.sum(-1)
+                z[:, t] = zt
+                alpha[:, t] = a / zt[:, None]
+        else:
+            for t in range(1, T):
+                a = np.matmul(alpha[:, t - 1, None, :], At)[:, 0] * B[:, t]
+                zt = a.sum(-1)
+                z[:, t] = zt
+                alpha[:, t] = a / zt[:, None]
     bad = ~np.all(np.isfinite(z) & (z > 0), axis=1)
 
     beta = np.ones((S, T, K))
@@ -102,9 +103,10 @@ def forward_backward(log_unary, log_trans, lengths=None):
             G[:, t] = np.where(live[:, None], g, 0.0)
             b = G[:, t] @ At.T if shared else np.matmul(At, G[:, t, :, None])[..., 0]
             beta[:, t - 1] = np.where(live[:, None], b, 1.0)
-    gamma = alpha * beta
-    counts = np.matmul(np.swapaxes(alpha[:, :-1], 1, 2), G[:, 1:]) * At   # (S, K, K)
-    with np.errstate(divide="ignore"):
+    with np.errstate(invalid="ignore"):
+        gamma = alpha * beta
+        counts = np.matmul(np.swapaxes(alpha[:, :-1], 1, 2), G[:, 1:]) * At   # (S, K, K)
+    with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.where(valid, np.log(np.where(valid, z, 1.0)) + c, 0.0)
     log_z = logs.sum(1) + np.maximum(L - 1, 0) * m.reshape(-1)
     if np.any(bad):
