@@ -62,52 +62,69 @@ def forward_backward(log_unary, log_trans, lengths=None):
     """Marginals, expected transition counts and log Z of S chains.
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
-    None (all T). Returns a :class:`ChainStats`."""
+    None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
+    arrays: each step is a (K, K) @ (K, S) product and sums over the K states of
+    contiguous rows, written in place."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
+    short = not bool(np.all(valid))
     shared = P.ndim == 2 or P.shape[0] == 1
     Pm = P.reshape(K, K) if shared else P
     m = np.max(Pm, axis=(-2, -1), keepdims=True)                     # shift of P: At <= 1
     At = np.exp(Pm - m)
+    if shared:
+        AtT = np.ascontiguousarray(At.T)
+
+        def fwd(x, out):     # out[j, s] = sum_i At[i, j] x[i, s]
+            return np.dot(AtT, x, out=out)
+
+        def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
+            return np.dot(At, g, out=out)
+    else:
+        Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
+
+        def fwd(x, out):
+            return np.einsum("ijs,is->js", Ak, x, out=out)
+
+        def bwd(g, out):
+            return np.einsum("ijs,js->is", Ak, g, out=out)
+
     c = np.max(U, axis=-1)                                           # (S, T)
-    B = np.exp(U - c[..., None])                                     # (S, T, K), max 1 per step
-
-    alpha = np.empty((S, T, K))
-    z = np.empty((S, T))
+    B = np.exp(U - c[..., None]).transpose(1, 2, 0).copy()           # (T, K, S), max 1 per step
+    one = np.ones(K)
+    alpha = np.empty((T, K, S))
+    z = np.empty((T, S))
     with np.errstate(divide="ignore", invalid="ignore"):   # underflow: redone in log space
-        a = B[:, 0]
-        z[:, 0] = a.sum(-1)
-        alpha[:, 0] = a / z[:, 0, None]
-        if shared:
-            for t in range(1, T):
-                a = (alpha[:, t - 1] @ At) * B[:, t]
-                zt = a.sum(-1)
-                z[:, t] = zt
-                alpha[:, t] = a / zt[:, None]
-        else:
-            for t in range(1, T):
-                a = np.matmul(alpha[:, t - 1, None, :], At)[:, 0] * B[:, t]
-                zt = a.sum(-1)
-                z[:, t] = zt
-                alpha[:, t] = a / zt[:, None]
-    bad = ~np.all(np.isfinite(z) & (z > 0), axis=1)
+        np.dot(one, B[0], out=z[0])
+        np.divide(B[0], z[0], out=alpha[0])
+        for t in range(1, T):
+            a = fwd(alpha[t - 1], alpha[t])
+            np.multiply(a, B[t], out=a)
+            np.dot(one, a, out=z[t])
+            np.divide(a, z[t], out=a)
+        bad = ~np.all(np.isfinite(z) & (z > 0), axis=0)             # (S,)
 
-    beta = np.ones((S, T, K))
-    # G[:, t] = B_t beta_t / z_t for valid transitions t (t >= 1, t < L): zeroed otherwise
-    G = np.zeros((S, T, K))
-    with np.errstate(divide="ignore", invalid="ignore"):
+        # backward: G[t] = B_t beta_t / z_t on valid transitions (0 elsewhere)
+        beta = np.empty((T, K, S))
+        beta[T - 1] = 1.0
+        G = B                                                        # B[t] is not read again
+        G[0] = 0.0
+        rz = 1.0 / z
+        if short:
+            live = valid.T                                           # (T, S)
+            rz = np.where(live, rz, 0.0)
         for t in range(T - 1, 0, -1):
-            g = B[:, t] * beta[:, t] / z[:, t, None]
-            live = valid[:, t]
-            G[:, t] = np.where(live[:, None], g, 0.0)
-            b = G[:, t] @ At.T if shared else np.matmul(At, G[:, t, :, None])[..., 0]
-            beta[:, t - 1] = np.where(live[:, None], b, 1.0)
-    with np.errstate(invalid="ignore"):
-        gamma = alpha * beta
-        counts = np.matmul(np.swapaxes(alpha[:, :-1], 1, 2), G[:, 1:]) * At   # (S, K, K)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where(valid, np.log(np.where(valid, z, 1.0)) + c, 0.0)
+            g = np.multiply(B[t], beta[t], out=G[t])
+            np.multiply(g, rz[t], out=g)
+            bwd(g, beta[t - 1])
+            if short:
+                np.copyto(beta[t - 1], 1.0, where=~live[t])
+        np.multiply(alpha, beta, out=beta)                          # the marginals
+        counts = np.einsum("tis,tjs->sij", alpha[:-1], G[1:], optimize=True)
+        counts *= At
+        logs = np.log(np.where(valid, z.T, 1.0)) + np.where(valid, c, 0.0)
+    gamma = beta.transpose(2, 0, 1).copy()                           # (S, T, K)
     log_z = logs.sum(1) + np.maximum(L - 1, 0) * m.reshape(-1)
     if np.any(bad):
         idx = np.flatnonzero(bad)
