@@ -91,7 +91,7 @@ def forward_backward(log_unary, log_trans, lengths=None):
             return np.einsum("ijs,js->is", Ak, g, out=out)
 
     c = np.max(U, axis=-1)                                           # (S, T)
-    B = np.exp(U - c[..., None]).transpose(1, 2, 0).copy()           # (T, K, S), max 1 per step
+    B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
     one = np.ones(K)
     alpha = np.empty((T, K, S))
     z = np.empty((T, S))
@@ -106,17 +106,16 @@ def forward_backward(log_unary, log_trans, lengths=None):
         bad = ~np.all(np.isfinite(z) & (z > 0), axis=0)             # (S,)
 
         # backward: G[t] = B_t beta_t / z_t on valid transitions (0 elsewhere)
-        beta = np.empty((T, K, S))
-        beta[T - 1] = 1.0
-        G = B                                                        # B[t] is not read again
-        G[0] = 0.0
         rz = 1.0 / z
         if short:
             live = valid.T                                           # (T, S)
             rz = np.where(live, rz, 0.0)
+        G = np.multiply(B, rz[:, None, :], out=B)                    # B_t / z_t, then x beta_t
+        G[0] = 0.0
+        beta = np.empty((T, K, S))
+        beta[T - 1] = 1.0
         for t in range(T - 1, 0, -1):
-            g = np.multiply(B[t], beta[t], out=G[t])
-            np.multiply(g, rz[t], out=g)
+            g = np.multiply(G[t], beta[t], out=G[t])
             bwd(g, beta[t - 1])
             if short:
                 np.copyto(beta[t - 1], 1.0, where=~live[t])

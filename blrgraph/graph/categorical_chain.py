@@ -279,7 +279,8 @@ class CategoricalMarkovChain(Stochastic):
         st = self._stats()
         U, P, _ = self._potentials()
         S = U.shape[0]
-        unary = np.einsum("stk,stk->s", np.where(st.valid[..., None], U, 0.0), st.marginals)
+        Uv = U if st.valid.all() else np.where(st.valid[..., None], U, 0.0)
+        unary = np.einsum("stk,stk->s", Uv, st.marginals)
         pair = np.einsum("sij,sij->s", np.broadcast_to(P, (S,) + P.shape[-2:]), st.counts)
         return (st.log_z - unary - pair).reshape(self.seq_plates)
 
