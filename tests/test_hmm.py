@@ -428,3 +428,80 @@ def test_bad_input_is_refused_naming_the_node():
         np.zeros(5), weights=np.ones(5))
     with pytest.raises(ValueError, match="weights="):
         bg.Model(y).fit("vmp")
+
+
+# ---- the zoo model and the command line --------------------------------------------------------
+def hmm_table(seed=13):
+    """Six sequences of different lengths (50..119 steps) of a 3-state sticky HMM with 2-D
+    Gaussian emissions, interleaved by an id column, 3% missing cells."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(seed)
+    A = np.full((3, 3), 0.05) + 0.85 * np.eye(3)
+    mu = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    seqs = []
+    for s in range(6):
+        states = sample_states(rng, np.ones(3) / 3, A, 1, int(rng.integers(50, 120)))[0]
+        seqs.append([{"id": f"s{s}", "a": x[0], "b": x[1], "true": k}
+                     for k, x in zip(states, mu[states] + rng.normal(size=(len(states), 2)))])
+    order = rng.permutation(np.repeat(np.arange(6), [len(q) for q in seqs]))
+    nxt = [iter(q) for q in seqs]        # interleaved rows; each sequence keeps its order
+    df = pd.DataFrame([next(nxt[s]) for s in order])
+    df.loc[rng.random(len(df)) < 0.03, "a"] = np.nan
+    return df, A, mu
+
+
+@pytest.mark.parametrize("covariance", ["diag", "full"])
+def test_zoo_hmm_recovers_states_transitions_and_means(covariance):
+    from test_zoo import load, match
+    hmm = load("hmm")
+    df, A, mu = hmm_table()
+    with pytest.warns(UserWarning, match="missing cells") if covariance == "full" else \
+            np.errstate():
+        model = hmm.build(df.drop(columns="true"), k=3, sequence_column="id", covariance=covariance)
+    assert model["z"].plates == ((6, 119, 1) if covariance == "diag" else (6, 119))
+    fit = model.fit(hmm.DEFAULT_METHOD, seed=0, **model.meta["fit_options"])
+    assert fit.converged and np.all(np.diff(fit.elbo_trace) >= -1e-9 * abs(fit.elbo))
+    mean, sd = hmm.emissions(fit)
+    p = match(mean, mu)
+    np.testing.assert_allclose(mean[p], mu, atol=0.3)
+    np.testing.assert_allclose(hmm.transitions(fit)[np.ix_(p, p)], A, atol=0.08)
+    st = hmm.states(fit)
+    assert len(st) == len(df) and list(st.columns[:3]) == ["sequence", "step", "state"]
+    truth_in_est = p[df["true"].to_numpy()]
+    assert np.mean(st["state"].to_numpy() == truth_in_est) > 0.98
+    np.testing.assert_allclose(st[["p0", "p1", "p2"]].sum(axis=1), 1.0, atol=1e-12)
+    lengths = df.groupby("id", sort=False).size().to_numpy()
+    np.testing.assert_array_equal(model["z"].posterior.lengths, lengths)
+    summary = hmm.summarize(fit)
+    assert len(summary) == 3 * 2 and abs(summary.n.sum() / 2 - len(df)) < 1e-8
+
+
+def test_zoo_hmm_refuses_unknown_and_incomplete_sequence_column():
+    from test_zoo import load
+    hmm = load("hmm")
+    df, _, _ = hmm_table()
+    with pytest.raises(ValueError, match="'run'.*not a column"):
+        hmm.build(df, k=2, sequence_column="run")
+    bad = df.copy()
+    bad.loc[bad.index[4], "id"] = None
+    with pytest.raises(ValueError, match="sequence column 'id' is missing in row 4"):
+        hmm.build(bad, k=2, sequence_column="id")
+
+
+def test_cli_fit_hmm_with_a_sequence_column(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from test_cli import run
+    df, _, _ = hmm_table()
+    path = tmp_path / "seqs.csv"
+    df.drop(columns="true").to_csv(path, index=False)
+    code, out, err = run("fit", "hmm", path, "--k", "3", "--sequence-column", "id",
+                         "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "ELBO:" in out and "converged" in out
+    states = pd.read_csv(tmp_path / "out" / "states.csv")
+    assert len(states) == len(df) and set(states.state) == {0, 1, 2}
+    trans = pd.read_csv(tmp_path / "out" / "transitions.csv", index_col=0)
+    np.testing.assert_allclose(trans.sum(axis=1), 1.0, atol=1e-12)
+    code, _, err = run("fit", "gmm", path, "--k", "3", "--sequence-column", "id")
+    assert code == 1 and "no option 'sequence_column' (--sequence-column)" in err
