@@ -505,3 +505,24 @@ def test_cli_fit_hmm_with_a_sequence_column(tmp_path):
     np.testing.assert_allclose(trans.sum(axis=1), 1.0, atol=1e-12)
     code, _, err = run("fit", "gmm", path, "--k", "3", "--sequence-column", "id")
     assert code == 1 and "no option 'sequence_column' (--sequence-column)" in err
+
+
+def test_chain_is_never_a_point_mass_and_survives_a_checkpoint(tmp_path):
+    def build():
+        x = np.random.default_rng(14).normal(size=(3, 40))
+        pi = bg.Dirichlet(np.ones(2), name="pi")
+        A = bg.Dirichlet(np.ones((2, 2)), plates=(2,), name="A")
+        z = bg.CategoricalMarkovChain(pi, A, length=40, plates=(3,), name="z")
+        y = bg.Mixture(z, bg.Normal, bg.Normal(0.0, 0.1, plates=(2,), name="mu"), 1.0,
+                       name="y").observe(x)
+        return bg.Model(y)
+
+    with pytest.raises(ValueError, match="'z' cannot be a point mass"):
+        build().fit("vmp", point=["z"], seed=0)
+    model = build()
+    res = model.fit("vmp", seed=0)
+    model.save(tmp_path / "hmm.npz")
+    again = build()
+    again.load(tmp_path / "hmm.npz")
+    assert bg.elbo(again) == res.elbo
+    np.testing.assert_array_equal(again["z"].posterior.marginals, model["z"].posterior.marginals)

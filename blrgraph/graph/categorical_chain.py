@@ -206,6 +206,16 @@ class CategoricalMarkovChain(Stochastic):
                              f"its own steps instead")
 
     # ---- q --------------------------------------------------------------------------
+    @property
+    def point(self):
+        return False
+
+    @point.setter
+    def point(self, value):
+        if value:
+            raise ValueError(f"{self.label()} cannot be a point mass: its q is the exact chain "
+                             f"posterior (forward-backward); leave it out of point=")
+
     def observe(self, data, mask=None, weights=None):
         raise TypeError(f"{self.label()}: a Markov chain node is latent; observe its emissions "
                         f"(the Mixture child). For known state sequences use a Categorical node "
