@@ -19,6 +19,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import digamma, logsumexp
 
@@ -216,6 +218,29 @@ def test_per_sequence_parameters():
     log_e = stats.norm.logpdf(x[..., None], mu, 1 / np.sqrt(tau))
     total = sum(ref_forward_backward(np.log(pis[s]), np.log(As[s]), log_e[s])[0] for s in range(S))
     assert abs(res.elbo - total) < TOL * abs(total)
+
+
+@settings(max_examples=40, deadline=None)
+@given(S=st.integers(1, 4), T=st.integers(1, 9), K=st.integers(1, 4), shared=st.booleans(),
+       scale=st.sampled_from([0.1, 3.0, 30.0]), seed=st.integers(0, 10 ** 6))
+def test_forward_backward_matches_the_reference_for_random_shapes(S, T, K, shared, scale, seed):
+    """Random sizes, unary scales, per-sequence or shared transitions (sub-normalised, as
+    exp E[log A] is) and lengths 0..T: log Z, marginals and counts of every sequence."""
+    rng = np.random.default_rng(seed)
+    U = scale * rng.normal(size=(S, T, K))
+    P = np.log(rng.dirichlet(np.ones(K), size=(K,) if shared else (S, K))) - rng.random()
+    L = rng.integers(0, T + 1, size=S)
+    st_ = forward_backward(U, P, L)
+    for s in range(S):
+        if L[s] == 0:
+            assert st_.log_z[s] == 0.0 and np.all(st_.counts[s] == 0.0)
+            continue
+        Ps = P if shared else P[s]
+        ll, marg, counts = ref_forward_backward(U[s, 0] * 0, Ps, U[s, :L[s]])
+        assert abs(st_.log_z[s] - ll) <= 1e-10 * max(1.0, abs(ll))
+        np.testing.assert_allclose(st_.marginals[s, :L[s]], marg, atol=1e-10)
+        np.testing.assert_allclose(st_.counts[s], counts, atol=1e-10)
+    np.testing.assert_allclose(st_.marginals.sum(-1), 1.0, atol=1e-12)
 
 
 def test_scaled_recursion_underflow_falls_back_to_log_space():
