@@ -63,8 +63,10 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
     None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
-    arrays: each step is a (K, K) @ (K, S) product and sums over the K states of
-    contiguous rows, written in place."""
+    arrays, written in place: with a shared transition matrix a forward step is one
+    (K + 1, K) @ (K, S) product (the prediction and the previous normaliser), a
+    product with the emissions and a division; a backward step one product and one
+    (K, K) @ (K, S) product."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
@@ -76,15 +78,12 @@ def forward_backward(log_unary, log_trans, lengths=None):
     if shared:
         AtT = np.ascontiguousarray(At.T)
 
-        def fwd(x, out):     # out[j, s] = sum_i At[i, j] x[i, s]
-            return np.dot(AtT, x, out=out)
-
         def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
             return np.dot(At, g, out=out)
     else:
         Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
 
-        def fwd(x, out):
+        def fwd(x, out):     # out[j, s] = sum_i At[s, i, j] x[i, s]
             return np.einsum("ijs,is->js", Ak, x, out=out)
 
         def bwd(g, out):
@@ -92,17 +91,31 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
     c = np.max(U, axis=-1)                                           # (S, T)
     B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
-    one = np.ones(K)
     alpha = np.empty((T, K, S))
     z = np.empty((T, S))
     with np.errstate(divide="ignore", invalid="ignore"):   # underflow: redone in log space
-        np.dot(one, B[0], out=z[0])
-        np.divide(B[0], z[0], out=alpha[0])
-        for t in range(1, T):
-            a = fwd(alpha[t - 1], alpha[t])
-            np.multiply(a, B[t], out=a)
-            np.dot(one, a, out=z[t])
-            np.divide(a, z[t], out=a)
+        if shared:
+            # alpha[t] is kept unnormalised (sum z_t); one product with [At^T; 1] gives the
+            # next prediction and z_t together: three numpy calls per step
+            Aug = np.vstack([AtT, np.ones((1, K))])
+            W = np.empty((T, K + 1, S))
+            alpha[0] = B[0]
+            for t in range(1, T):
+                w = np.dot(Aug, alpha[t - 1], out=W[t])
+                np.multiply(w[:K], B[t], out=alpha[t])
+                np.divide(alpha[t], w[K], out=alpha[t])
+            z[:-1] = W[1:, K]
+            z[-1] = alpha[-1].sum(0)
+            alpha /= z[:, None, :]
+        else:
+            one = np.ones(K)
+            np.dot(one, B[0], out=z[0])
+            np.divide(B[0], z[0], out=alpha[0])
+            for t in range(1, T):
+                a = fwd(alpha[t - 1], alpha[t])
+                np.multiply(a, B[t], out=a)
+                np.dot(one, a, out=z[t])
+                np.divide(a, z[t], out=a)
         bad = ~np.all(np.isfinite(z) & (z > 0), axis=0)             # (S,)
 
         # backward: G[t] = B_t beta_t / z_t on valid transitions (0 elsewhere)
