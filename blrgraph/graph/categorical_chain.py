@@ -231,8 +231,7 @@ class CategoricalMarkovChain(Stochastic):
     def _lengths(self):
         """(S',) lengths: one past each sequence's last step observed by some child (a
         child with no mask, or a latent child, observes every step)."""
-        seq, T = self.seq_plates, self.length
-        n = len(self.plates)
+        T, n = self.length, len(self.plates)
         seen = None
         for c in self.children:
             w = None if (c.deterministic or not c.observed) else c.message_weight(self)
