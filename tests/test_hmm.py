@@ -356,6 +356,30 @@ def test_fit_vmp_and_em_on_a_chain():
     assert sorted(n.name for n in model.latent if n.point) == ["A", "mu", "pi", "tau"]
 
 
+def test_svi_over_minibatches_of_sequences_reaches_the_vmp_optimum():
+    """fit("svi") slices the chain's sequences (its first plate axis) into minibatches."""
+    rng = np.random.default_rng(15)
+    S, T = 60, 50
+    states = sample_states(rng, np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.1, 0.9]]), S, T)
+    x = rng.normal(np.array([-1.5, 1.5])[states], 1.0)
+
+    def build():
+        pi, A, mu, _ = priors(2)
+        z = bg.CategoricalMarkovChain(pi, A, length=T, plates=(S,), name="z")
+        return bg.Model(bg.Mixture(z, bg.Normal, mu, 1.0, name="y").observe(x))
+
+    vmp = build()
+    ref = vmp.fit("vmp", seed=0).elbo
+    svi = build()
+    svi.fit("svi", seed=0, batch_size=20, epochs=30)
+    assert abs(bg.elbo(svi) - ref) < 1e-5 * abs(ref)
+    def ordered_A(model):    # states ordered by their mean (labels are arbitrary)
+        p = np.argsort(model["mu"].posterior.mean)
+        return model["A"].posterior.mean[np.ix_(p, p)]
+
+    np.testing.assert_allclose(ordered_A(svi), ordered_A(vmp), atol=1e-3)
+
+
 # ---- messages -------------------------------------------------------------------------------
 def test_messages_to_dirichlet_parents_are_gradients():
     rng = np.random.default_rng(10)
