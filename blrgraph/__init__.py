@@ -6,14 +6,17 @@ Conjugate Bayes, VMP, SVI, non-conjugate VMP and EM are that update with
 different settings (``Model(...).fit(method)``).
 """
 from . import closed_form, families
+from .graph import GaussianMarkovChain
 from .graph import (Bernoulli, Beta, Binomial, Categorical, CategoricalMarkovChain, Dirichlet, Dot,
-                    Exponential, Gamma, Mixture, Model, Multinomial, MultivariateNormal, Normal,
+                    Exponential, Gamma, Mixture, Multinomial, MultivariateNormal, Normal,
                     NormalGamma, NormalWishart, Poisson, Potential, Wishart)
-from .inference import METHODS, FitResult, elbo
+from .inference import METHODS, FitResult, Method, elbo
+from .model import Model
 
 __version__ = "0.1.0"
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "CategoricalMarkovChain", "Dirichlet",
-           "Dot", "Exponential", "Gamma", "Mixture", "Model", "Multinomial", "MultivariateNormal",
-           "Normal", "NormalGamma", "NormalWishart", "Poisson", "Potential", "Wishart", "FitResult",
-           "METHODS", "elbo", "closed_form", "families"]
+           "Dot", "Exponential", "Gamma", "GaussianMarkovChain", "Mixture", "Model", "Multinomial",
+           "MultivariateNormal", "Normal", "NormalGamma", "NormalWishart", "Poisson", "Potential",
+           "Wishart", "FitResult", "METHODS", "Method", "elbo",
+           "closed_form", "families"]

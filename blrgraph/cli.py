@@ -10,8 +10,8 @@
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture, hmm) or the path to a model file of your own: a Python file that defines
-``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
+poisson_mixture, local_level, hmm) or the path to a model file of your own: a Python
+file that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
 ``fit`` prints the posterior summary table and the ELBO and writes, in --out:
@@ -106,6 +106,8 @@ def load_model(spec):
         raise CLIError(f"model file '{path}' must define build(data, **options) -> Model and "
                        f"summarize(fit) -> DataFrame; it lacks {', '.join(missing)}")
     module.MODEL_NAME = path.stem
+    module.MODEL_PATH = str(path)
+    module.IS_ZOO = path.parent.resolve() == zoo_dir().resolve()
     return module
 
 
@@ -121,17 +123,54 @@ def build_options(module, given):
                     "sequence_column": "--sequence-column"}.get(k, f"--option {k}=...")
             raise CLIError(f"model '{module.MODEL_NAME}' has no option {k!r} ({flag}); its options: "
                            f"{', '.join(names) or 'none'}")
+        if k in params:
+            given[k] = _check_option_type(module, k, given[k], params[k].default)
     return given
+
+
+def _check_option_type(module, key, value, default):
+    """An option whose default in ``build`` is a bool, int, float or str takes a value of
+    that kind (an int where a float is expected, a whole float where an int is)."""
+    shown = _clip(repr(value))
+
+    def refuse(kind):
+        return CLIError(f"--option {key}={shown}: model '{module.MODEL_NAME}' expects {kind} for {key!r} "
+                        f"(default {default!r})")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise refuse("True or False")
+    elif isinstance(default, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise refuse("an integer")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise refuse("a number")
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise refuse("a word")
+    return value
+
+
+def _clip(text, n=80):
+    """At most ``n`` characters of ``text`` (a bad value echoed in a message)."""
+    text = str(text)
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _parse_option(text, flag="--option"):
     if "=" not in text:
-        raise CLIError(f"{flag} takes KEY=VALUE, got {text!r}")
+        raise CLIError(f"{flag} takes KEY=VALUE, got {_clip(repr(text))}")
     key, value = text.split("=", 1)
     try:
         value = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         pass  # a plain string
+    if isinstance(value, complex) or (isinstance(value, float) and not np.isfinite(value)):
+        raise CLIError(f"{flag} {_clip(text)}: the value must be a finite real number "
+                       f"(1e400 overflows to infinity)")
     return key.strip(), value
 
 
@@ -226,10 +265,17 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
     stderr = stderr or sys.stderr
     if method is None:
         method = getattr(module, "DEFAULT_METHOD", "vmp")
+    check_settings(seed=seed, restarts=restarts, max_iter=max_iter, tol=tol, out_dir=out_dir,
+                   **{k: v for k, v in (fit_overrides or {}).items()
+                      if k in ("batch_size", "epochs")})
     _check_overrides(method, fit_overrides)        # before the (possibly long) build
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = module.build(data, **options)
+        model = _call_model(module, "build", module.build, data, **options)
+        from blrgraph.model import Model
+        if not isinstance(model, Model):
+            raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
+                           f"blrgraph Model; end build with 'return bg.Model(...)'")
         meta = getattr(model, "meta", {}) or {}
         fit_options = _override(fit_options_for(meta, method), method, max_iter, tol,
                                 fit_overrides)
@@ -240,7 +286,7 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
         print(f"blrgraph: fitting {module.MODEL_NAME} to {data_label or data} "
               f"(method {method!r}, seed {seed})", file=stdout)
         fit, used_seed = _fit(model, method, seed, restarts, fit_options, stdout)
-        summary = module.summarize(fit)
+        summary = _call_model(module, "summarize", module.summarize, fit)
         if type(summary.index).__name__ != "RangeIndex":   # named rows (e.g. terms): keep them
             summary = summary.reset_index()
     for w in caught:
@@ -295,11 +341,83 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                written.extend(extra(fit, out) if plots else _without_plots(extra, fit, out))
+                written.extend(_call_model(module, "write_outputs", extra, fit, out) if plots
+                               else _call_model(module, "write_outputs", _without_plots, extra,
+                                                fit, out))
             except ImportError as e:
                 print(f"blrgraph: warning: some outputs skipped: {e}", file=stderr)
     print("wrote " + ", ".join(str(p) for p in written), file=stdout)
     return fit, summary
+
+
+#: errors a zoo model raises on purpose, with a message for the user (they pass unchanged)
+USER_ERRORS = (CLIError, ValueError, TypeError, KeyError, ImportError, FileNotFoundError,
+               FloatingPointError, np.linalg.LinAlgError)
+
+
+def _where(module):
+    return (f"model '{module.MODEL_NAME}'" if getattr(module, "IS_ZOO", False)
+            else f"model file '{getattr(module, 'MODEL_PATH', module.MODEL_NAME)}'")
+
+
+def _call_model(module, what, func, *args, **kw):
+    """Call a function of the model file; an error that is not one of the messages a zoo
+    model gives on purpose is reported in one line naming the file (--debug: traceback)."""
+    try:
+        return func(*args, **kw)
+    except USER_ERRORS as e:
+        if getattr(module, "IS_ZOO", False) or isinstance(e, CLIError):
+            raise
+        raise ModelFileError(module, what, e) from e
+    except Exception as e:  # noqa: BLE001 -- a user's model file may raise anything
+        raise ModelFileError(module, what, e) from e
+
+
+class ModelFileError(CLIError):
+    """An exception raised inside a model file's build / summarize / write_outputs."""
+
+    def __init__(self, module, what, error):
+        msg = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(f"{_where(module)}: {what}() raised {type(error).__name__}"
+                         f"{': ' + _clip(msg, 200) if msg else ''} (run with --debug to see the "
+                         f"traceback)")
+
+
+def check_settings(seed=0, restarts=1, max_iter=None, tol=None, out_dir=None, batch_size=None,
+                   epochs=None):
+    """The command line's settings, checked before anything is built or fitted."""
+    def whole(flag, v, low):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                              or v < low):
+            raise CLIError(f"{flag} {v}: give an integer >= {low}")
+
+    whole("--seed", seed, 0)
+    whole("--restarts", restarts, 1)
+    whole("--max-iter", max_iter, 1)
+    whole("--batch-size", batch_size, 1)
+    whole("--epochs", epochs, 1)
+    if tol is not None and not (np.isfinite(tol) and tol >= 0):
+        raise CLIError(f"--tol {tol}: give a finite number >= 0 (the relative ELBO change that "
+                       f"ends the run)")
+    if out_dir is not None:
+        check_out_dir(out_dir)
+
+
+def check_out_dir(out_dir):
+    """--out must be a directory that exists or can be made, and be writable: checked
+    before fitting (the results of a long fit are not lost), without creating it."""
+    out = Path(out_dir)
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "" if probe == out else f" ('{probe}' is a file)"
+        raise CLIError(f"--out {out_dir}: not a directory{where}; give a directory for the results")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "" if probe == out else f" (its parent '{probe}' is not writable)"
+        raise CLIError(f"--out {out_dir}: cannot write there{what}; give a writable directory")
 
 
 def _without_plots(extra, fit, out):
@@ -392,6 +510,8 @@ def make_parser():
     p = argparse.ArgumentParser(
         prog="blrgraph",
         description="Fit models of the blrgraph zoo (or your own model file) to a CSV table.")
+    debug_help = "show the Python traceback of an error (also: BLRGRAPH_DEBUG=1)"
+    p.add_argument("--debug", action="store_true", help=debug_help)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -417,6 +537,7 @@ def make_parser():
         g.add_argument("--progress", dest="progress", action="store_true", default=None,
                        help="show a progress bar (needs tqdm; default: when stderr is a terminal)")
         g.add_argument("--no-progress", dest="progress", action="store_false")
+        q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
 
     f = sub.add_parser("fit", help="fit MODEL to DATA.csv, print and write the posterior summary",
                        description="Fit MODEL (a zoo name or a model file) to DATA.csv.")
@@ -445,6 +566,7 @@ def make_parser():
     d.set_defaults(handler=cmd_demo)
 
     m = sub.add_parser("models", help="list the models of the zoo")
+    m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     m.set_defaults(handler=cmd_models)
     return p
 
@@ -466,12 +588,19 @@ def main(argv=None, stdout=None, stderr=None):
         except OSError:
             pass
         return 1
-    except (CLIError, ValueError, TypeError, KeyError, ImportError, FileNotFoundError,
-            FloatingPointError, np.linalg.LinAlgError) as e:
-        if os.environ.get("BLRGRAPH_DEBUG"):  # show the traceback
+    except (USER_ERRORS + (OSError,)) as e:
+        if args.debug or os.environ.get("BLRGRAPH_DEBUG"):  # show the traceback
+            if isinstance(e, ModelFileError):
+                raise e.__cause__
             raise
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"blrgraph: error: {msg}", file=stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 -- one line, not a traceback, unless --debug
+        if args.debug or os.environ.get("BLRGRAPH_DEBUG"):
+            raise
+        print(f"blrgraph: error: {type(e).__name__}: {_clip(e, 300)} (an unexpected error; run "
+              f"with --debug to see the traceback)", file=stderr)
         return 1
 
 

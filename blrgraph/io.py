@@ -116,6 +116,7 @@ def read_table(source, columns=None, *, na_values=None):
                              f"separator (commas) and that every line has the same number of "
                              f"fields") from None
         df.attrs["source"] = str(path)
+        _check_header(pd, path)
     elif isinstance(source, pd.DataFrame):
         df = source.copy()
     elif isinstance(source, pd.Series):
@@ -152,6 +153,27 @@ def read_table(source, columns=None, *, na_values=None):
     if df.shape[1] == 0:
         raise ValueError(f"the table{_source_name(df)} has no columns")
     return df
+
+
+def _check_header(pd, path):
+    """Duplicate names on the header line are refused (pandas would rename the second
+    'a' to 'a.1' silently)."""
+    try:
+        head = pd.read_csv(path, header=None, nrows=1, dtype=str, skipinitialspace=True,
+                           keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return
+    names = [str(c).strip() for c in head.iloc[0]] if len(head) else []
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise ValueError(f"the table in {path} has duplicate column names "
+                         f"{[clip(c) for c in dup]} on its header line; rename them")
+
+
+def clip(value, n=80):
+    """At most ``n`` characters of a cell or label echoed in a message."""
+    text = str(value)
+    return text if len(text) <= n else f"{text[: n - 3]}... ({len(text)} characters)"
 
 
 class Column:
@@ -288,7 +310,7 @@ class Table:
 
 
 def _show_levels(levels, n=4):
-    shown = ", ".join(repr(x) for x in list(levels)[:n])
+    shown = ", ".join(repr(x) if len(repr(x)) <= 40 else repr(clip(x, 40)) for x in list(levels)[:n])
     return f"[{shown}{', ...' if len(levels) > n else ''}]"
 
 
@@ -359,7 +381,7 @@ def _encode_column(s, name, where, force, max_levels, pd):
         first = obs[bad].index[0]
         i = s.index.get_loc(first)
         raise ValueError(f"column {name!r}{where} is numeric but holds text in {int(bad.sum())} "
-                         f"cell(s) (first: {_row(s, i, where)} = {obs[first]!r}); fix those cells or leave "
+                         f"cell(s) (first: {_row(s, i, where)} = {clip(repr(obs[first]))}); fix those cells or leave "
                          f"them empty (empty cells are missing values and are masked), or declare "
                          f"the column categorical (categorical=[{name!r}])")
     return _encode_categorical(s, name, where, max_levels, pd)
@@ -627,7 +649,9 @@ def design_rows(recipe, X_new):
         labels = [col.levels[int(v)] if v >= 0 else None for v in col.values]
         unknown = sorted({lab for lab in labels if lab is not None and lab not in levels}, key=str)
         if unknown:
-            raise ValueError(f"{name}.predict: column {c!r} has levels {unknown} not seen in training")
+            raise ValueError(f"{name}.predict: column {c!r} has levels "
+                             f"{[clip(u, 40) for u in unknown[:5]]}{' ...' if len(unknown) > 5 else ''} "
+                             f"not seen in training")
         col.levels = list(levels)
         col.values = np.array([-1 if lab is None else levels.index(lab) for lab in labels])
     X, _ = _expand(table, recipe)

@@ -237,7 +237,7 @@ def test_fit_with_method_svi(tmp_path):
     assert code == 1 and "--batch-size is an option of --method svi" in stderr
     code, _, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--fit-option", "kappa=0.3",
                           "--out", tmp_path / "x")
-    assert code == 1 and "kappa must lie in (0.5, 1]" in stderr
+    assert code == 1 and "kappa must be a finite number > 0.5 and <= 1.0" in stderr
 
     docs = tmp_path / "docs.csv"
     topics = [["apple", "banana", "cherry", "grape"], ["goal", "match", "team", "score"]]

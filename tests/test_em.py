@@ -360,15 +360,16 @@ def test_gmm_kmeanspp_init(gmm_data):
     m2[0].fit("em", seed=5, init="kmeans++", max_iter=3)
     close(m1[2].posterior.point, m2[2].posterior.point, 0.0)
     with pytest.raises(ValueError, match="init"):
-        build_gmm(X)[0].fit("em", init="kmeans")
+        build_gmm(X)[0].fit("em", init="kmeans+")
 
 
-def test_em_default_init_is_kmeanspp(gmm_data):
-    """fit("em") starts from k-means++ (docs/em.md measures why); "vmp" from random."""
+def test_em_default_init_is_kmeans(gmm_data):
+    """A mixture over data starts from k-means (k-means++ seeds, then Lloyd's iterations
+    to convergence), whatever the method (docs/em.md measures why)."""
     X = gmm_data
     a, b = build_gmm(X), build_gmm(X)
     a[0].fit("em", seed=4, max_iter=1)
-    b[0].fit("em", seed=4, init="kmeans++", max_iter=1)
+    b[0].fit("em", seed=4, init="kmeans", max_iter=1)
     close(a[2].posterior.point, b[2].posterior.point, 0.0)
     c = build_gmm(X)
     c[0].fit("em", seed=4, init="random", max_iter=1)
@@ -694,9 +695,10 @@ def test_ncvmp_with_point_mass_is_map_logistic_regression():
 # which nodes are point masses by default
 # ---------------------------------------------------------------------------
 def _points_of(model):
-    from blrgraph.inference.fit import resolve_points
     from blrgraph.inference.methods import get_method
-    return {n.name for n in resolve_points(model, get_method("em"), None)}
+    from blrgraph.inference.points import resolve_points
+    from blrgraph.inference.structure import Structure
+    return {n.name for n in resolve_points(model, get_method("em"), None, Structure(model))}
 
 
 def test_default_points_gmm(gmm_data):

@@ -52,7 +52,7 @@ def build_nw(X):
 
 def fit_nw(X, **kw):
     model, w, theta, z = build_nw(X)
-    opts = dict(max_iter=500, tol=1e-12, seed=0)
+    opts = dict(max_iter=500, tol=1e-12, seed=0, init="random")  # a start that has to climb
     opts.update(kw)
     fit = model.fit("vmp", **opts)
     return fit, w, theta, z

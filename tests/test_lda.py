@@ -177,19 +177,20 @@ def test_lda_recovers_topics(corpus, lda_fit):
 
 
 def test_lda_equals_hand_written_batch_vb(corpus, lda_fit):
-    """Same start as blrgraph (responsibilities ~ Dirichlet(1) from default_rng(seed),
-    docs/dev/architecture.md: 'mixture assignments random with seed'), same schedule."""
+    """Plain VMP (one local update per sweep, no restart) from a random start: responsibilities
+    ~ Dirichlet(1) from default_rng(seed), the same schedule as the hand-written loop."""
     doc, word, cnt = corpus["doc"], corpus["word"], corpus["cnt"]
     r0 = np.random.default_rng(0).dirichlet(np.ones(K), size=(len(doc),))
     sweeps = 6
-    fit6, g6, l6, r6 = fit_lda(corpus, max_iter=sweeps)
+    plain = dict(local_iters=1, local_restart=False, init="random")
+    fit6, g6, l6, r6 = fit_lda(corpus, max_iter=sweeps, **plain)
     gamma, lam, r, trace = batch_vb_lda(doc, word, cnt, r0, sweeps)
     np.testing.assert_allclose(g6, gamma, rtol=1e-10)
     np.testing.assert_allclose(l6, lam, rtol=1e-10)
     np.testing.assert_allclose(r6, r, rtol=1e-8, atol=1e-13)
     np.testing.assert_allclose(fit6.elbo_trace, trace, rtol=1e-10)
     # and at convergence
-    fit, g, l, _ = lda_fit
+    fit, g, l, _ = fit_lda(corpus, **plain)
     gamma, lam, r, trace = batch_vb_lda(doc, word, cnt, r0, fit.n_iter)
     np.testing.assert_allclose(fit.elbo, trace[-1], rtol=1e-10)
     np.testing.assert_allclose(l, lam, rtol=1e-7)
@@ -220,7 +221,8 @@ def test_lda_counts_equal_repeated_rows(corpus, lda_fit):
     assert len(doc1) == cnt.sum() > 2 * len(doc)
     model, th1, ph1, z1 = build_lda(doc1, word1, np.ones(len(doc1)))
     sweeps = 8
-    fit1 = model.fit("vmp", max_iter=sweeps, seed=5)
+    plain = dict(local_iters=1, local_restart=False, init="random")  # batch_vb_lda's schedule
+    fit1 = model.fit("vmp", max_iter=sweeps, seed=5, **plain)
     r0_rows = np.random.default_rng(5).dirichlet(np.ones(K), size=(len(doc1),))
     starts = np.concatenate([[0], np.cumsum(reps)[:-1]])
     r0_avg = np.add.reduceat(r0_rows, starts, axis=0) / reps[:, None]
@@ -231,7 +233,7 @@ def test_lda_counts_equal_repeated_rows(corpus, lda_fit):
     np.testing.assert_allclose(z1.posterior.mean, np.repeat(r, reps, axis=0), rtol=1e-8, atol=1e-13)
     # weights of ones = no weights
     model2, _, _, _ = build_lda(doc1, word1, None)
-    fit2 = model2.fit("vmp", max_iter=sweeps, seed=5)
+    fit2 = model2.fit("vmp", max_iter=sweeps, seed=5, **plain)
     np.testing.assert_array_equal(fit2.elbo_trace, fit1.elbo_trace)
     # run to convergence: LDA has many nearby local optima (differences of a few nats here
     # for different starts), so only the same objective level and the same topics are expected
@@ -273,14 +275,13 @@ def test_lda_memory_is_O_nnz_K():
 def batch_vb_local(doc, word, cnt, r0, passes, local_iters, local_tol, restart=True,
                    n_docs=N_DOCS, n_words=V, alpha=ALPHA, eta=ETA):
     """Hand-written batch VB-LDA as scikit-learn schedules it (Hoffman, Blei & Bach 2010):
-    lambda from the initial responsibilities; then each pass gamma from a uniform start
+    each pass lambda from the last responsibilities (at first the initial ones), then gamma from a uniform start
     (restart) or the last pass (warm), fixed-point iterations gamma <- alpha + sum_n cnt r
-    with r = softmax(E log theta[doc] + E log beta[:, word]) until the mean change of gamma
-    is below local_tol, then r and lambda."""
+    with r = softmax(E log theta[doc] + E log beta[:, word]), each document until the mean
+    change of its own gamma is below local_tol (then it keeps that gamma), then r and
+    lambda."""
     Kt = r0.shape[1]
-    lam = eta + np.zeros((Kt, n_words))
-    np.add.at(lam.T, word, cnt[:, None] * r0)
-    gamma = np.ones((n_docs, Kt))
+    gamma, r = np.ones((n_docs, Kt)), r0
 
     def resp(gamma, lam):
         logr = elog_dir(gamma)[doc] + elog_dir(lam)[:, word].T
@@ -288,20 +289,22 @@ def batch_vb_local(doc, word, cnt, r0, passes, local_iters, local_tol, restart=T
 
     trace, sweeps = [], []
     for _ in range(passes):
+        lam = eta + np.zeros((Kt, n_words))       # the globals' step, then the local block
+        np.add.at(lam.T, word, cnt[:, None] * r)
         if restart:
             gamma = np.ones((n_docs, Kt))
+        active = np.ones(n_docs, dtype=bool)
         for k in range(1, local_iters + 1):
             r = resp(gamma, lam)
             new = alpha + np.zeros((n_docs, Kt))
             np.add.at(new, doc, cnt[:, None] * r)
-            change = np.mean(np.abs(new - gamma))
-            gamma = new
-            if change < local_tol:
+            change = np.mean(np.abs(new - gamma), axis=1)
+            gamma = np.where(active[:, None], new, gamma)
+            active &= change >= local_tol
+            if not active.any():
                 break
         sweeps.append(k)
         r = resp(gamma, lam)
-        lam = eta + np.zeros((Kt, n_words))
-        np.add.at(lam.T, word, cnt[:, None] * r)
         trace.append(explicit_elbo(doc, word, cnt, gamma, lam, r, alpha, eta))
     return gamma, lam, r, np.array(trace), sweeps
 
@@ -313,7 +316,7 @@ def test_lda_local_iterations_equal_hand_written_batch_vb(corpus, restart):
     passes, iters, ltol = 5, 40, 1e-3
     model, theta, phi, z = build_lda(doc, word, cnt)
     fit = model.fit("vmp", max_iter=passes, tol=0, seed=0, local_iters=iters, local_tol=ltol,
-                    local_restart=restart)
+                    local_restart=restart, init="random")
     gamma, lam, r, trace, sweeps = batch_vb_local(doc, word, cnt, r0, passes, iters, ltol, restart)
     assert max(sweeps) > 3  # the local block iterates
     assert fit.local_sweeps == sweeps  # and stops where the hand-written loop stops
@@ -342,9 +345,9 @@ def test_lda_local_iterations_reach_the_plain_vmp_bound(corpus, lda_fit):
 @pytest.mark.parametrize("kw, err, text", [
     (dict(local_iters=0), ValueError, "local_iters must be an integer >= 1"),
     (dict(local_iters=2.5), ValueError, "local_iters must be an integer >= 1"),
-    (dict(local_iters=5, local_tol=-1.0), ValueError, "local_tol must be >= 0"),
-    (dict(local_tol=1e-3), TypeError, "go with local_iters"),
-    (dict(local_restart=False), TypeError, "go with local_iters"),
+    (dict(local_iters=5, local_tol=-1.0), ValueError, "local_tol must be a finite number >= 0"),
+    (dict(local_tol=float("nan")), ValueError, "local_tol must be a finite number >= 0"),
+    (dict(local_restart="no"), TypeError, "local_restart must be True or False"),
 ])
 def test_local_iteration_options_are_checked(corpus, kw, err, text):
     model, *_ = build_lda(corpus["doc"], corpus["word"], corpus["cnt"])
@@ -359,7 +362,7 @@ def test_local_iterations_need_a_local_node_and_an_iterative_method():
         bg.Model(x).fit("vmp", local_iters=5)
     with pytest.raises(ValueError, match="one exact update"):
         bg.Model(x).fit("conjugate", local_iters=5)
-    with pytest.raises(TypeError, match="local_restart= is an option of the full-batch"):
+    with pytest.raises(TypeError, match="local_restart.* are options of the batch methods"):
         bg.Model(x).fit("svi", local_restart=False)
 
 

@@ -20,7 +20,7 @@ from scipy.special import expit, gammaln
 import blrgraph as bg
 from blrgraph.graph.factors import nonconjugate as nc
 from blrgraph.inference.blr import blr_step, blr_target
-from blrgraph.inference.fit import node_rho
+from blrgraph.inference.steps import initial_rhos
 from blrgraph.inference.methods import get_method
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -286,8 +286,9 @@ def test_conjugate_gamma_precision_with_a_logistic_likelihood():
     yy = bg.Bernoulli(logits=bg.Dot(X, w), name="y").observe(y)
     model = bg.Model(yy)
     cfg = get_method("ncvmp")
-    assert node_rho(model, alpha, cfg, None) == 1.0   # conjugate block: closed form
-    assert node_rho(model, w, cfg, None) == 0.5       # receives a non-conjugate message
+    rhos = initial_rhos(model, cfg)
+    assert rhos[alpha] == 1.0   # conjugate block: closed form
+    assert rhos[w] == 0.5       # receives a non-conjugate message
     fit = model.fit("ncvmp", tol=1e-13, max_iter=2000)
     assert fit.converged
     # alpha's q is the closed-form Gamma update given w's final moments (alpha comes first

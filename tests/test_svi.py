@@ -148,8 +148,10 @@ def test_svi_lda_batches_by_document():
     y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=counts[doc, word])
     model = bg.Model(y)
     with pytest.raises(ValueError, match="batch_over='theta'"):
-        model.fit("svi", batch_size=50)  # batching tokens would split documents
-    model.fit("svi", batch_over=theta, batch_size=20, epochs=10, seed=0, init="random")
+        model.fit("svi", batch_over=y, batch_size=50)  # batching tokens would split documents
+    # by default the data axis moves up the gather to the documents
+    model.fit("svi", batch_size=20, epochs=10, seed=0, init="random")
+    assert model.svi_state["batch_over"] == "theta"
     est = phi.posterior.mean
     sim = est @ topics.T / np.linalg.norm(est, axis=1)[:, None] / np.linalg.norm(topics, axis=1)
     assert np.all(sim.max(axis=1) > 0.95)

@@ -45,6 +45,8 @@ class ExponentialFamily:
     symmetric_stats: tuple = ()
     #: False when T(x) is sparse (one-hot): data are then never expanded to T(x) rows
     dense_stats = True
+    #: the value is a category label (one-hot T); its first statistic is not the value
+    is_label = False
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, *params, where=None):
@@ -113,6 +115,12 @@ class ExponentialFamily:
     def mode(self, nat):
         """argmax of h(x) exp(<lam, T(x)>) (the MAP point used by EM)."""
         raise NotImplementedError
+
+    def precision_is_pd(self, nat):
+        """Do natural parameters ``nat`` hold a positive-definite precision? (the BLR
+        step's safeguard: a non-log-concave factor can send an indefinite expected
+        Hessian). True for families that carry no precision."""
+        return True
 
     def point_value(self, nat):
         """The mode as a value (what data of this family look like)."""

@@ -62,6 +62,7 @@ class Categorical(ExponentialFamily):
     param_names = ("p",)
     event_ndims = (1,)
     value_ndim = 0
+    is_label = True
     dense_stats = False  # T(x) is one-hot: factors use the labels (gathers), not T
 
     def __init__(self, K=None):

@@ -126,6 +126,14 @@ class MultivariateNormal(ExponentialFamily):
     def mode(self, nat):
         return self._unpack(nat)[0]
 
+    def precision_is_pd(self, nat):
+        P = -2.0 * np.asarray(nat[1])
+        try:
+            np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
+        except np.linalg.LinAlgError:
+            return False
+        return True
+
     def to_scipy(self, nat):
         from scipy import stats
         m, _, cov, _, _ = self._unpack(nat)

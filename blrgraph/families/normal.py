@@ -97,6 +97,9 @@ class Normal(ExponentialFamily):
     def mode(self, nat):
         return self.mean(nat)
 
+    def precision_is_pd(self, nat):
+        return bool(np.all(-2.0 * np.asarray(nat[1]) > 0))
+
     def to_scipy(self, nat):
         m, s = self._ms(nat)
         m, s = np.broadcast_arrays(m, s)

@@ -1,6 +1,7 @@
 """The factor graph: nodes, factors and their messages, plates, the Model."""
+from .chains_gaussian import GaussianMarkovChain
 from .deterministic import Dot, Gather
-from .model import Model
+from .model import FactorGraph
 from .node import Constant, Posterior, Stochastic
 from .potential import Potential
 from .categorical_chain import CategoricalMarkovChain

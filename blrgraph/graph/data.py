@@ -125,9 +125,7 @@ def prepare_observation(node, data, mask, weights):
     if full != dplates:
         raise ValueError(f"{node.label()}: data of shape {x.shape} has plates {dplates} but the node "
                          f"has plates {node.plates}; give one value per plate entry")
-    check = getattr(getattr(node, "factor", None), "check_data_plates", None)
-    if check is not None:
-        check(dplates)
+    node.factor.check_data_plates(dplates)
     node.plates = dplates
     finite = np.isfinite(x)
     if vnd:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
 from .node import Node
 from .plates import Scatter, broadcast_plates, wsum
@@ -58,6 +59,13 @@ class Gather(Deterministic):
         self._cache = (src, self.idx, out)
         return out
 
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state.update(idx=self.idx, _scatter=self._scatter)
+        self.idx = source_rows
+        self._scatter = Scatter(self.idx, self.source.plates[0])  # the source is restricted first
+        return state
+
     def backward(self, msg, parent):
         if len(msg) == 1 and hasattr(msg[0], "scatter") and self.idx.ndim == 1:
             out = msg[0].scatter(self.idx, self.source.plates[0])  # factored: no entries x K
@@ -76,7 +84,7 @@ class Dot(Deterministic):
     def __init__(self, X, w, name=None):
         if isinstance(X, Node):
             raise TypeError("Dot(X, w): X must be an array (the design matrix), w the node")
-        if not isinstance(w, Node) or type(getattr(w, "provides", None)).__name__ != "MultivariateNormal":
+        if not isinstance(w, Node) or not isinstance(getattr(w, "provides", None), MVNFamily):
             raise TypeError(f"Dot(X, w): w must be a MultivariateNormal node, got {w!r}")
         X = np.asarray(X, dtype=float)
         if X.ndim < 1 or not np.all(np.isfinite(X)):
@@ -91,6 +99,12 @@ class Dot(Deterministic):
         w._add_child(self)
         if D != X.shape[-1]:
             raise ValueError(f"Dot(X, {w.name}): X has {X.shape[-1]} columns but w has dimension {D}")
+
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state["X"] = self.X
+        self.X = self.X[rows] if self.X.ndim > 1 else self.X
+        return state
 
     def moments(self):
         m, mm = self.w.moments()

@@ -1,4 +1,7 @@
-"""Model: the factor graph (a networkx DiGraph) of some nodes and all their ancestors."""
+"""FactorGraph: the graph (a networkx DiGraph) of some nodes and all their ancestors.
+
+The user-facing :class:`blrgraph.Model` adds ``fit`` / ``save`` / ``load`` on top of it
+(``blrgraph/model.py``): the graph layer imports nothing from inference."""
 from __future__ import annotations
 
 import networkx as nx
@@ -6,7 +9,7 @@ import networkx as nx
 from .node import Constant, Node
 
 
-class Model:
+class FactorGraph:
     """Collects ``nodes`` and their ancestors, validates the graph and derives
     a deterministic update schedule (topological order of the latent nodes,
     ties broken by creation order). ``schedule=`` overrides it (nodes or names).
@@ -124,29 +127,6 @@ class Model:
                     up(d)
         out.discard(node)
         return out
-
-    def fit(self, method="vmp", **options):
-        """Run inference; see :func:`blrgraph.inference.fit` for the options."""
-        from ..inference.fit import fit  # the graph layer does not import inference at load
-        try:
-            return fit(self, method, **options)
-        finally:   # per-fit work arrays (e.g. a mixture's statistics matrix) are not kept
-            for n in self.nodes:
-                if getattr(n, "factor", None) is not None:
-                    n.release()
-
-    def save(self, path):
-        """Write every latent node's posterior (natural parameters) and the fit state
-        (SVI step counter, RNG state) to ``path`` (.npz with JSON metadata, no pickle)."""
-        from ..inference.checkpoint import save
-        return save(self, path)
-
-    def load(self, path):
-        """Restore a checkpoint written by :meth:`save` for a model declared the same
-        way; ``fit("svi", resume=True)`` then continues the run exactly. A corrupt file
-        or one of another model raises ValueError and leaves this model unchanged."""
-        from ..inference.checkpoint import load
-        return load(self, path)
 
     def __repr__(self):
         return (f"<Model: {len(self.latent)} latent, {len(self.observed)} observed nodes: "

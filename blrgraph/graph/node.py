@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..families.gathered import GatheredSoftmax, gathered_sum
+from .inputs import check_observation, check_plates, check_stream_shape
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -22,6 +23,8 @@ class Node:
 
     deterministic = False
     stochastic = False
+    #: can the node become a view of some entries of its first plate axis (``restrict``)?
+    restrictable = True
 
     def __init__(self, name, plates):
         self.id = next(_ids)
@@ -43,6 +46,22 @@ class Node:
 
     def moments(self):
         raise NotImplementedError
+
+    # ---- views of some entries of the first plate axis (minibatches, active rows) ----
+    def restrict(self, rows, cut, source_rows=None):
+        """Become the view of entries ``rows`` of the first plate axis; returns what
+        :meth:`restore` needs to undo it. ``cut(array, rows)`` slices an array once per
+        view (arrays shared by several nodes are sliced once); a gather also gets the
+        remapped indices ``source_rows`` into its restricted source."""
+        state = {"plates": self.plates, "replicates": self.replicates}
+        self.plates = (len(rows),) + self.plates[1:]
+        self.replicates = cut(self.replicates, rows)
+        return state
+
+    def restore(self, state):
+        """Undo :meth:`restrict`."""
+        for k, v in state.items():
+            setattr(self, k, v)
 
     def _add_child(self, child):
         if child not in self.children:
@@ -227,7 +246,7 @@ class Stochastic(Node):
         if plates is None:
             plates = implied
         else:
-            plates = tuple(int(p) for p in np.atleast_1d(plates)) if np.ndim(plates) else (int(plates),)
+            plates = check_plates(self, plates)
             try:
                 full = broadcast_plates(implied, plates)
             except ValueError:
@@ -249,7 +268,7 @@ class Stochastic(Node):
         """The prior natural parameters (None if deferred), computed before the node is
         linked to its parents: parameters whose event shapes do not fit together (a
         length-3 mean with a 2x2 precision) are refused here, naming the node."""
-        comp = getattr(self.factor, "component", None)
+        comp = self.factor.component
         try:
             if not self.defer_prior:
                 return self.prior_natural()
@@ -284,27 +303,63 @@ class Stochastic(Node):
         (``fit("svi")``), so memory does not grow with the number of rows."""
         from .data import prepare_observation
         from .stream import as_source
-        self.source = as_source(data)
-        if self.source is not None:
-            if mask is not None or weights is not None:
-                raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
-                                 f"mark missing values as NaN-free chunks or load the data")
-            shape = self.source.shape
-            vnd = self.family.value_ndim
-            self.plates = tuple(shape[: len(shape) - vnd])
-            self.value, self.mask, self.weights = None, None, None
-        else:
-            self.value, self.mask, self.weights = prepare_observation(self, data, mask, weights)
+        before = dict(self.__dict__)     # a refused observe leaves the node as it was
+        try:
+            source = as_source(data)
+            if source is not None:
+                if mask is not None or weights is not None:
+                    raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
+                                     f"stream complete (NaN-free) chunks, or load the data into "
+                                     f"memory to mask or weight it")
+                plates = check_stream_shape(self, source.shape)
+                value, m, w = None, None, None
+            else:
+                data, weights = check_observation(self, data, mask, weights)
+                value, m, w = prepare_observation(self, data, mask, weights)
+                plates = self.plates
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+        self.source, self.plates = source, plates
+        self.value, self.mask, self.weights = value, m, w
         self.observed = True
         self.replicates = self.weights
         self._obs_moments = None
         self.release()   # work arrays built from the previous data (the array may be reused)
         return self
 
+    def restrict(self, rows, cut, source_rows=None):
+        nat = None if self.observed else self.nat  # (a factored q is read at the full plates)
+        state = super().restrict(rows, cut)
+        if self.observed:
+            state.update(value=self.value, mask=self.mask, weights=self.weights,
+                         _obs_moments=self._obs_moments)
+            if self.source is not None:
+                self.value, self.mask, self.weights = self.read_batch(rows)
+            else:
+                self.value = cut(self.value, rows)
+                self.mask = cut(self.mask, rows)
+                self.weights = cut(self.weights, rows)
+            self._obs_moments = None
+        else:
+            state.update(nat=nat, _moments=self._moments)
+            self.nat = tuple(np.broadcast_to(a, state["plates"] + np.shape(a)[np.ndim(a) - k:])[rows]
+                             for a, k in zip(nat, self.family.event_ndims))
+            self._moments = None
+        return state
+
+    def restore(self, state):
+        nat = state.pop("nat", None)
+        super().restore(state)
+        if nat is not None:
+            self.nat = nat
+
     def read_batch(self, rows):
-        """Validated data of entries ``rows`` of the first plate axis (streamed data)."""
-        from .data import prepare_observation
-        return prepare_observation(self, self.source.read(rows), None, None)
+        """Validated data of entries ``rows`` of the first plate axis (streamed data); errors
+        give the source's row numbers."""
+        from .inputs import check_batch
+        return check_batch(self, rows)
 
     def child_data(self):
         if self.observed:
@@ -318,7 +373,7 @@ class Stochastic(Node):
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
         if self._obs_moments is None:
-            if type(self.family).__name__ == "Categorical" and self.family.K is None:
+            if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
                 self._obs_moments = self.family.suff_stats(self.value)
@@ -408,7 +463,7 @@ class Stochastic(Node):
         u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
         q = getattr(self, "_factored", None)
-        if q is not None and not self.point and hasattr(self.factor, "factored_message"):
+        if q is not None and not self.point:
             slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
             if m is not None:
@@ -426,7 +481,7 @@ class Stochastic(Node):
         :meth:`set_natural_terms`), or None when its factor cannot give it so."""
         f = self.factor
         slots = [i for i, p in enumerate(f.parents) if p is parent]
-        if not hasattr(f, "message_terms") or len(slots) != 1:
+        if len(slots) != 1:
             return None
         u = _LazyMoments(f.parents)
         return f.message_terms(slots[0], self.child_data(), u, self.message_weight(parent),

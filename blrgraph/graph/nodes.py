@@ -29,12 +29,12 @@ from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, No
                                NormalWishartFactor)
 from .factors.mixture import MixtureFactor
 from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
+from .inputs import check_trials
 from .node import Node, Stochastic
 
 
-def _is_node(x, family_name=None):
-    return isinstance(x, Node) and (family_name is None or
-                                    type(getattr(x, "provides", None)).__name__ == family_name)
+def _is_node(x, family=None):
+    return isinstance(x, Node) and (family is None or isinstance(getattr(x, "provides", None), family))
 
 
 def _positive_fixed(cls, name, value, what):
@@ -62,7 +62,7 @@ class Normal(_Public):
     @classmethod
     def _spec(cls, mean, precision=None, name=None):
         if precision is None:
-            if not _is_node(mean, "NormalGamma"):
+            if not _is_node(mean, NormalGammaFamily):
                 raise TypeError(f"Normal '{name}': give Normal(mean, precision), or Normal(theta) with "
                                 f"theta a NormalGamma node")
             return NormalFamily(), NormalGammaFactor, [mean], [Slot("theta", NormalGammaFamily())], {}
@@ -77,14 +77,14 @@ class MultivariateNormal(_Public):
     @classmethod
     def _spec(cls, mean, precision=None, name=None):
         if precision is None:
-            if not _is_node(mean, "NormalWishart"):
+            if not _is_node(mean, NormalWishartFamily):
                 raise TypeError(f"MultivariateNormal '{name}': give MultivariateNormal(mean, precision), "
                                 f"or MultivariateNormal(theta) with theta a NormalWishart node")
             return MVNFamily(), NormalWishartFactor, [mean], [Slot("theta", NormalWishartFamily())], {}
         if not _is_node(mean) and np.ndim(mean) < 1:
             raise ValueError(f"MultivariateNormal '{name}': mean must be a vector (shape (..., D)), "
                              f"got {mean!r}")
-        if _is_node(precision, "Gamma"):
+        if _is_node(precision, GammaFamily):
             return (MVNFamily(), DiagonalGammaFactor, [mean, precision],
                     [Slot("mean", MVNFamily()), Slot("precision", GammaFamily())], {})
         return (MVNFamily(), MultivariateNormalFactor, [mean, precision],
@@ -141,6 +141,7 @@ class Binomial(_Public):
 
     @classmethod
     def _spec(cls, n, p, name=None):
+        check_trials("Binomial", name, n)
         n = np.asarray(n)
         if isinstance(n, Node) or np.any(n < 0) or np.any(n != np.round(n)):
             raise ValueError(f"Binomial '{name}': n must be non-negative integers, got {n!r}")
@@ -165,6 +166,7 @@ class Multinomial(_Public):
 
     @classmethod
     def _spec(cls, n, p, name=None):
+        check_trials("Multinomial", name, n)
         n = np.asarray(n)
         if np.any(n < 0) or np.any(n != np.round(n)):
             raise ValueError(f"Multinomial '{name}': n must be non-negative integers, got {n!r}")

@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal import Normal as NormalFamily
 from .factors.base import Conditional, Slot
 from .node import Node, Stochastic
 
 DEFAULT_SAMPLES = 2000
 EXACT_HESSIAN_MAX = 100
-_GAUSSIAN = ("Normal", "MultivariateNormal")
+_GAUSSIAN = (NormalFamily, MVNFamily)
 
 
 def _sqrt_cov(cov):
@@ -85,8 +87,8 @@ class PotentialFactor(Conditional):
         if not isinstance(p, Node):
             raise TypeError(f"{where}: parents must be Normal or MultivariateNormal nodes, got "
                             f"{type(p).__name__}; put constants inside logp instead")
-        fam = type(getattr(p, "provides", None)).__name__
-        if not isinstance(p, Stochastic) or fam not in _GAUSSIAN or isinstance(p, Potential):
+        fam = getattr(p, "provides", None)
+        if not isinstance(p, Stochastic) or not isinstance(fam, _GAUSSIAN) or isinstance(p, Potential):
             raise TypeError(f"{where}: parent {p.label()} must be a Normal or MultivariateNormal "
                             f"stochastic node (a deterministic node such as Dot or a gather has "
                             f"correlated entries; pass its source node and compute inside logp)")
@@ -118,7 +120,7 @@ class PotentialFactor(Conditional):
         out = []
         for k, (p, mom) in enumerate(zip(self.parents, moms)):
             m1 = np.asarray(mom[0], dtype=float)
-            if type(p.provides).__name__ == "Normal":
+            if isinstance(p.provides, NormalFamily):
                 shape = tuple(p.plates)
                 m1 = np.broadcast_to(m1, shape)
                 var = np.maximum(np.broadcast_to(mom[1], shape) - m1 * m1, 0.0)
@@ -171,7 +173,7 @@ class PotentialFactor(Conditional):
         xk = xs[k]
         S = self.samples
         vshape = xk.shape[1:]
-        mvn = type(self.parents[k].provides).__name__ == "MultivariateNormal"
+        mvn = isinstance(self.parents[k].provides, MVNFamily)
         D = vshape[-1] if mvn else 1
         n_pl = int(np.prod(vshape)) // D
         n = n_pl * D
@@ -226,7 +228,7 @@ class PotentialFactor(Conditional):
     def message(self, i, x, u, w, target):
         g, H = self.grad_hess(i)
         m = self.draws()[i][1]
-        if type(self.parents[i].provides).__name__ == "MultivariateNormal":
+        if isinstance(self.parents[i].provides, MVNFamily):
             return (g - np.einsum("...ij,...j->...i", H, m), 0.5 * H)
         return (g - H * m, 0.5 * H)
 

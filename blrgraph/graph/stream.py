@@ -34,8 +34,14 @@ class Stream:
         self._start = 0  # global row index of self._buf[0]
         self._row_shape = None if shape is None else tuple(shape)
         if self._row_shape is None:
-            first = self._peek()
-            self._row_shape = first.shape[1:]
+            it = self._new_iter()
+            first = next(it, None)
+            if first is None:
+                raise ValueError("Stream: the chunks are empty")
+            if hasattr(first, "to_numpy"):
+                first = first.to_numpy()
+            self._row_shape = np.shape(first)[1:]
+            self._it, self._buf, self._start = it, self._as_rows(first, 0), 0
 
     @property
     def shape(self):
@@ -50,17 +56,44 @@ class Stream:
         it, self._once = self._once, None
         return it
 
-    @staticmethod
-    def _as_rows(chunk):
+    def _as_rows(self, chunk, start):
+        """A chunk as a float array of rows; ``start``: the global row of its first row."""
         if hasattr(chunk, "to_numpy"):
             chunk = chunk.to_numpy()
-        return np.asarray(chunk, dtype=float)
+        try:
+            rows = np.asarray(chunk, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"Stream: the chunk starting at row {start} is not numeric; encode "
+                             f"text columns first") from None
+        if rows.ndim < 1 or (self._row_shape is not None and rows.shape[1:] != self._row_shape):
+            raise ValueError(f"Stream: the chunk starting at row {start} has rows of shape "
+                             f"{rows.shape[1:]}, but the stream's rows have shape {self._row_shape}")
+        return rows
 
     def _peek(self):
         self._it = self._new_iter()
-        self._buf = self._as_rows(next(self._it))
+        self._buf = self._as_rows(next(self._it), 0)
         self._start = 0
         return self._buf
+
+    def _next_chunk(self, start):
+        """The next chunk (its first row is row ``start``), or None at the end of the chunks."""
+        try:
+            return self._as_rows(next(self._it), start)
+        except StopIteration:
+            return None
+
+    def _check_end(self):
+        """After row n - 1: the chunks must hold no further row (they are not ignored)."""
+        end = self._start + len(self._buf)
+        while end <= self.n:
+            nxt = self._next_chunk(end)
+            if nxt is None:
+                return
+            self._start, self._buf = end, nxt
+            end += len(nxt)
+        raise ValueError(f"Stream: the chunks hold more rows than n={self.n} (row {self.n} "
+                         f"exists); give n = the total number of rows")
 
     def read(self, rows):
         """Rows ``rows`` (consecutive, increasing) of the stream, reading chunks in order."""
@@ -68,21 +101,25 @@ class Stream:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         if not np.array_equal(rows, np.arange(lo, hi)):
             raise ValueError("Stream: rows must be read in order (SVI does not shuffle a stream)")
+        if lo < 0 or hi > self.n:
+            raise ValueError(f"Stream: rows {lo}..{hi - 1} requested from a stream of n={self.n} rows")
         if self._buf is None or lo < self._start:
             self._peek()
         out = []
         while lo < hi:
             end = self._start + len(self._buf)
             if lo >= end:
-                try:
-                    nxt = next(self._it)
-                except StopIteration:
-                    raise ValueError(f"Stream: the chunks hold fewer rows than n={self.n}") from None
-                self._start, self._buf = end, self._as_rows(nxt)
+                nxt = self._next_chunk(end)
+                if nxt is None:
+                    raise ValueError(f"Stream: the chunks hold fewer rows than n={self.n} (they "
+                                     f"end after {end} rows)")
+                self._start, self._buf = end, nxt
                 continue
             take = min(hi, end)
             out.append(self._buf[lo - self._start: take - self._start])
             lo = take
+        if hi == self.n:
+            self._check_end()
         return np.concatenate(out, axis=0)
 
 

@@ -2,5 +2,5 @@
 from .blr import blr_step, blr_target
 from .elbo import elbo, elbo_by_node
 from .fit import fit
-from .methods import METHODS, Method
+from .methods import METHODS, Method, get_method
 from .result import FitResult

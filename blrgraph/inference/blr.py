@@ -39,20 +39,20 @@ def blr_target(model, node, scale=None):
     """lam0 + sum of messages: the coordinate-ascent target (rho = 1)."""
     target = node.prior_natural()
     msg = incoming(model, node, scale)
-    if msg is not None:
-        target = tuple(a + m for a, m in zip(target, msg))
+    if msg is not None:  # components a message lacks (a chain's coupling) keep the prior's
+        target = tuple(a + m for a, m in zip(target, msg)) + tuple(target[len(msg):])
     return target
 
 
 def target_terms(model, node):
-    """The coordinate-ascent target of a Categorical node as gathered tables
-    (tables, rows), lam[n] = sum_j tables[j][rows[j][n]], when its prior and every
-    child's message are rows of small tables (LDA's z: E log theta[doc] +
-    E log phi[:, word]); None otherwise (then the dense target is used)."""
-    if type(node.family).__name__ != "Categorical" or len(node.plates) != 1 or node.point:
+    """The coordinate-ascent target of a node whose prior and every child's message are
+    rows of small tables (a Categorical: LDA's z: E log theta[doc] + E log phi[:, word]),
+    as gathered tables (tables, rows), lam[n] = sum_j tables[j][rows[j][n]]; None
+    otherwise (then the dense target is used). Factors declare this through
+    ``prior_terms`` / ``message_terms`` (None by default)."""
+    if len(node.plates) != 1 or node.point:
         return None
-    prior = getattr(node.factor, "prior_terms", None)
-    terms = None if prior is None else prior()
+    terms = node.factor.prior_terms()
     if terms is None:
         return None
     tables, rows = list(terms[0]), list(terms[1])
@@ -68,13 +68,12 @@ def target_terms(model, node):
 
 
 def reset_to_prior(node):
-    """q of ``node`` back to its prior (given its parents' current moments); a
-    Categorical whose prior is a gathered table stays in factored form."""
-    if type(node.family).__name__ == "Categorical" and len(node.plates) == 1 and not node.point:
-        terms = getattr(node.factor, "prior_terms", lambda: None)()
-        if terms is not None and all(np.all(np.isfinite(T)) for T in terms[0]):
-            node.set_natural_terms(*terms)
-            return
+    """q of ``node`` back to its prior (given its parents' current moments); a node
+    whose prior is a gathered table (LDA's z) stays in factored form."""
+    terms = None if (len(node.plates) != 1 or node.point) else node.factor.prior_terms()
+    if terms is not None and all(np.all(np.isfinite(T)) for T in terms[0]):
+        node.set_natural_terms(*terms)
+        return
     node.set_natural(node.prior_natural())
 
 
@@ -82,7 +81,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
     """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
     of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
     M-step). With rho < 1 (SVI, damping) a point mass averages those natural
-    parameters, i.e. its expected sufficient statistics: online EM (MATH.md §5).
+    parameters, i.e. its expected sufficient statistics: online EM (docs/em.md).
     A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
     is updated in that factored form (the same q, without an entries x K exp)."""
     if rho == 1.0 and scale is None:
@@ -101,7 +100,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
             raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
                                      f"parameters{at}; check the data scale and the priors")
     r = rho
-    for _ in range(MAX_HALVINGS):  # PD safeguard (MATH.md §4.4): backtrack rho
+    for _ in range(MAX_HALVINGS):  # PD safeguard (docs/ncvmp.md): backtrack rho
         if precision_is_pd(node, new):
             break
         r *= 0.5
@@ -121,18 +120,8 @@ MAX_HALVINGS = 30
 
 
 def precision_is_pd(node, nat):
-    """Is a Gaussian node's precision -2 lam2 positive definite? (True for other families.)
-
-    ``blr_step`` halves rho until it is: a non-log-concave factor (a Potential, say)
-    can send an indefinite E[hessian]. Conjugate targets are always PD, so this never
-    changes a conjugate update."""
-    fam = type(node.family).__name__
-    if fam == "Normal":
-        return bool(np.all(-2.0 * np.asarray(nat[1]) > 0))
-    if fam == "MultivariateNormal":
-        P = -2.0 * np.asarray(nat[1])
-        try:
-            np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
-        except np.linalg.LinAlgError:
-            return False
-    return True
+    """Is a Gaussian node's precision positive definite? (the family says; True for
+    families without a precision). ``blr_step`` halves rho until it is: a
+    non-log-concave factor (a Potential, say) can send an indefinite E[hessian].
+    Conjugate targets are always PD, so this never changes a conjugate update."""
+    return node.family.precision_is_pd(nat)

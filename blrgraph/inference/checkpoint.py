@@ -3,7 +3,15 @@
 
 ``save(model, path)`` / ``load(model, path)``; ``Model.save`` and ``Model.load``
 call these. A file that is corrupt, or that belongs to another model, is
-refused with a ValueError before anything in the model changes.
+refused with a ValueError before anything in the model changes: ``load`` checks
+the metadata (keys and types), every array's shape, that the natural parameters
+lie inside their family's parameter space, and the SVI state, and only then
+writes to the nodes.
+
+The SHA-256 stored in the metadata detects corruption (a damaged or truncated
+file), not tampering: whoever edits the arrays can recompute it. Nothing in a
+checkpoint is executed (no pickle), and the checks above refuse values the
+model could not use, but load files from sources you trust.
 """
 from __future__ import annotations
 
@@ -104,6 +112,7 @@ def load(model, path):
     """Restore what :func:`save` wrote into ``model`` (declared the same way).
     Validates everything first: on any error the model is unchanged."""
     meta, data = _read(path)
+    _check_meta(path, meta)
     mine = {s["name"]: s for s in _signature(model)}
     theirs = {s["name"]: s for s in meta["nodes"]}
     if set(mine) != set(theirs):
@@ -115,25 +124,125 @@ def load(model, path):
             if s[key] != t[key]:
                 raise ValueError(f"{path} belongs to another model: node '{name}' has {key} "
                                  f"{t[key]} in the file but {s[key]} here")
+    for key in ("point", "fitted"):
+        unknown = sorted(set(meta[key]) - set(mine))
+        if unknown:
+            raise ValueError(f"{path}: the checkpoint metadata is invalid: '{key}' names "
+                             f"{unknown}, which are not latent nodes of this model")
     new = {}
     for n in model.latent:
         arrs = [data.get(f"nat/{n.name}/{i}") for i in range(len(n.nat))]
         if any(a is None for a in arrs):
             raise ValueError(f"{path}: the checkpoint lacks natural parameters of node '{n.name}'")
+        for i, (a, own) in enumerate(zip(arrs, n.nat)):
+            if a.dtype.kind not in "fiu":
+                raise ValueError(f"{path}: natural parameter {i} of node '{n.name}' has dtype "
+                                 f"{a.dtype}, not real numbers")
+            if a.shape != np.shape(own):
+                raise ValueError(f"{path}: natural parameter {i} of node '{n.name}' has shape "
+                                 f"{a.shape} in the file but {np.shape(own)} here")
+        arrs = tuple(np.asarray(a, dtype=float) for a in arrs)
         if not all(np.all(np.isfinite(a)) for a in arrs):
             raise ValueError(f"{path}: node '{n.name}' has non-finite natural parameters")
-        new[n] = tuple(arrs)
+        _check_space(path, n, arrs)
+        new[n] = arrs
+    svi = _svi_state(path, meta.get("svi"), data)
     # everything checked: now change the model
     for n, nat in new.items():
         n.set_natural(nat)
         n.point = n.name in meta["point"]
         n.fitted = n.name in meta["fitted"]
-    svi = meta.get("svi")
-    if svi is not None:
-        state = dict(svi)
-        state["perm"] = data.get("svi/perm")
-        state["trace"] = list(data.get("svi/trace", np.zeros(0)))
-        model.svi_state = state
-    else:
-        model.svi_state = None
+    model.svi_state = svi
     return model
+
+
+def _invalid(path, what):
+    return ValueError(f"{path}: the checkpoint metadata is invalid: {what}")
+
+
+def _is_int(x, low=0):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+def _check_meta(path, meta):
+    """Keys and types of the metadata (the checksum does not cover them)."""
+    if not isinstance(meta, dict):
+        raise _invalid(path, "not a JSON object")
+    nodes = meta.get("nodes")
+    if not isinstance(nodes, list):
+        raise _invalid(path, "'nodes' must be a list of the latent nodes")
+    for s in nodes:
+        ok = (isinstance(s, dict) and isinstance(s.get("name"), str)
+              and isinstance(s.get("family"), str)
+              and isinstance(s.get("plates"), list) and all(_is_int(p) for p in s["plates"])
+              and isinstance(s.get("shapes"), list)
+              and all(isinstance(sh, list) and all(_is_int(d) for d in sh) for sh in s["shapes"]))
+        if not ok:
+            raise _invalid(path, f"the node entry {str(s)[:80]} needs a name, a family, plates "
+                                 f"and shapes")
+    names = [s["name"] for s in nodes]
+    if len(set(names)) != len(names):
+        raise _invalid(path, "a node is listed twice")
+    for key in ("point", "fitted"):
+        v = meta.get(key)
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise _invalid(path, f"'{key}' must be a list of node names, got {str(v)[:80]}")
+    for key in ("svi", "fit"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise _invalid(path, f"'{key}' must be an object or null")
+
+
+#: families whose natural parameters may take any real value (logits, log-rates)
+_UNCONSTRAINED = ("Bernoulli", "Binomial", "Categorical", "Multinomial", "Poisson")
+
+
+def _check_space(path, node, nat):
+    """The natural parameters must describe a distribution of the node's family: the
+    family's own checks on the parameters they give (a Dirichlet alpha > 0, an SPD
+    Wishart scale with dof > D - 1, ...)."""
+    fam = node.family
+    if type(fam).__name__ in _UNCONSTRAINED:
+        return
+    try:
+        with np.errstate(all="ignore"):
+            params = fam.params_from_natural(nat)
+            fam.validate_params(*[params[k] for k in fam.param_names], where=node.name)
+    except (ValueError, TypeError, KeyError, FloatingPointError, np.linalg.LinAlgError) as e:
+        raise ValueError(f"{path}: node '{node.name}' has natural parameters outside the "
+                         f"parameter space of its family ({e}); the file is not a valid "
+                         f"checkpoint of it") from None
+
+
+def _svi_state(path, svi, data):
+    """The saved SVI state, checked (None when the file has none)."""
+    if svi is None:
+        return None
+    for key, low in (("t", 0), ("pos", 0), ("batch_size", 1), ("N", 1)):
+        if not _is_int(svi.get(key), low):
+            raise _invalid(path, f"svi['{key}'] must be an integer >= {low}, got "
+                                 f"{str(svi.get(key))[:80]}")
+    if not isinstance(svi.get("batch_over"), str):
+        raise _invalid(path, "svi['batch_over'] must be a node name")
+    rng = svi.get("rng")
+    try:
+        cls = getattr(np.random, rng["bit_generator"])
+        if not (isinstance(cls, type) and issubclass(cls, np.random.BitGenerator)):
+            raise TypeError
+        cls().state = rng
+    except (TypeError, KeyError, ValueError, OverflowError, AttributeError):
+        raise _invalid(path, f"svi['rng'] is not the state of a numpy random generator: "
+                             f"{str(rng)[:80]}") from None
+    perm = data.get("svi/perm")
+    if perm is not None:
+        if perm.ndim != 1 or perm.dtype.kind not in "iu" or (perm.size and perm.min() < 0):
+            raise _invalid(path, "svi/perm must be a 1-D array of non-negative integers")
+        if svi["pos"] > perm.size:
+            raise _invalid(path, f"svi['pos'] = {svi['pos']} lies beyond the saved permutation "
+                                 f"of {perm.size} entries")
+    trace = data.get("svi/trace", np.zeros(0))
+    if trace.ndim != 1 or trace.dtype.kind not in "fiu":
+        raise _invalid(path, "svi/trace must be a 1-D array of numbers")
+    state = dict(svi)
+    state["perm"] = perm
+    state["trace"] = list(trace)
+    return state

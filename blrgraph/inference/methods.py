@@ -1,42 +1,85 @@
-"""The algorithms as settings of one BLR step (DESIGN.md table).
+"""The algorithms as settings of one BLR step (docs/algorithms.md, the method table).
 
-Each method only decides the step size rho per node, which nodes are point
-masses, and whether a single exact pass suffices.
+A :class:`Method` is the whole policy of a fit: the step size of every node (constant,
+damped with backtracking, Robbins-Monro), which nodes are point masses (none, the
+global ones, all of them), whether the data are visited in minibatches, which factors
+may send non-conjugate messages, and how mixture assignments start. The scheduler
+loop (:mod:`blrgraph.inference.loop`) reads these fields; it interprets no method by
+name. A new method is one more entry of :data:`METHODS`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+#: step-size schedules a Method may declare
+STEPS = ("constant", "damped", "robbins_monro")
+#: point-mass policies: none, the global nodes (EM's delta method), every latent node (MAP)
+POINTS = ("none", "global", "all")
 
 
 @dataclass(frozen=True)
 class Method:
+    """One algorithm as a setting of the BLR step.
+
+    step : "constant" (every node takes ``lam <- (1-rho) lam + rho target``; rho = 1 is
+        coordinate ascent), "damped" (nodes with a non-conjugate message take rho and are
+        backtracked when a sweep lowers the ELBO; conjugate nodes take rho = 1) or
+        "robbins_monro" (global nodes take rho_t = (t + tau)^-kappa on minibatches).
+    rho : the constant / initial step (with "constant" it damps every node).
+    points : "none", "global" (nodes off the data axis, EM) or "all" (MAP).
+    stochastic : minibatches of the data axis with messages scaled by N/|B| (SVI).
+    one_pass : the exact posterior in one step (conjugate Bayes).
+    init : default start of mixture assignments ("kmeans", "kmeans++", "random", "diffuse").
+    """
+
     name: str
-    one_pass: bool = False          # conjugate Bayes: rho = 1, one pass, exact
-    rho: float = 1.0                # step size for every node (damping for ncvmp)
-    nonconjugate: bool = False      # may non-conjugate factors send messages?
-    default_point: str = "none"     # "none" or "global": EM's delta method
-    stochastic: bool = False        # SVI: minibatches, Robbins-Monro rho for global nodes
-    init: str = "random"            # default start of mixture assignments (fit(init=None))
+    step: str = "constant"
+    rho: float = 1.0
+    points: str = "none"
+    stochastic: bool = False
+    nonconjugate: bool = False
+    one_pass: bool = False
+    init: str = "kmeans"
+    tau: float = 1.0
+    kappa: float = 0.7
     description: str = ""
+
+    def __post_init__(self):
+        if self.step not in STEPS:
+            raise ValueError(f"Method {self.name!r}: step={self.step!r}; choose one of {STEPS}")
+        if self.points not in POINTS:
+            raise ValueError(f"Method {self.name!r}: points={self.points!r}; choose one of {POINTS}")
+        if not (isinstance(self.rho, (int, float)) and 0.0 < self.rho <= 1.0):
+            raise ValueError(f"Method {self.name!r}: rho must lie in (0, 1], got {self.rho!r}")
+
+    def with_rho(self, rho):
+        """The same method with step ``rho`` (``fit(method, rho=...)``)."""
+        return self if rho is None else replace(self, rho=float(rho))
 
 
 METHODS = {
     "conjugate": Method("conjugate", one_pass=True,
-                        description="conjugate Bayes: exact posterior in one BLR step with rho = 1"),
-    "vmp": Method("vmp", description="variational message passing: rho = 1 for every node"),
-    "ncvmp": Method("ncvmp", rho=0.5, nonconjugate=True,
-                    description="non-conjugate VMP: natural-gradient messages, damped (rho = 0.5)"),
-    "em": Method("em", default_point="global", init="kmeans++",
+                        description="conjugate Bayes: the exact posterior in one BLR step, rho = 1"),
+    "vmp": Method("vmp", description="variational message passing: coordinate ascent, rho = 1"),
+    "ncvmp": Method("ncvmp", step="damped", rho=0.5, nonconjugate=True,
+                    description="non-conjugate VMP: natural-gradient messages, damped steps "
+                                "(rho = 0.5) with backtracking"),
+    "em": Method("em", points="global",
                  description="EM: point masses (MAP) for the parameters, exact q for the latents"),
-    "svi": Method("svi", stochastic=True,
-                  description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa"),
+    "map": Method("map", points="all",
+                  description="MAP by coordinate ascent: every latent node a point mass"),
+    "svi": Method("svi", step="robbins_monro", stochastic=True,
+                  description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa "
+                              "on minibatches scaled by N/|B|"),
 }
 
 
 def get_method(name):
+    """A :class:`Method` from its name (or the Method itself)."""
     if isinstance(name, Method):
         return name
     try:
         return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)} "
+                         f"or pass a Method") from None

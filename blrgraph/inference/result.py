@@ -10,8 +10,11 @@ import numpy as np
 class FitResult:
     """``elbo`` (float; for ``"conjugate"`` the exact log evidence; for ``"em"`` the
     bound on log p(data, points)), ``elbo_trace`` (one value per iteration),
-    ``n_iter``, ``converged``, ``method``; with ``fit(local_iters=...)``, ``local_sweeps``
-    lists the local sweeps run in each iteration (how hard the local block worked)."""
+    ``n_iter``, ``converged``, ``method``; ``local_sweeps`` lists the local sweeps run in
+    each iteration when the local block iterates (how hard it worked); with
+    ``fit(restarts=R)``, ``restart_elbos`` / ``restart_seeds`` list every start's ELBO and
+    seed and ``best_restart`` is the index of the one kept; ``seed`` is the seed of the
+    run whose result this is."""
 
     elbo: float
     elbo_trace: np.ndarray
@@ -22,6 +25,10 @@ class FitResult:
     objective: str = "elbo"
     estimate: bool = False  # SVI: the ELBO is a stochastic estimate
     local_sweeps: list = field(repr=False, default=None)
+    restart_elbos: list = field(repr=False, default=None)
+    restart_seeds: list = field(repr=False, default=None)
+    best_restart: int = field(repr=False, default=None)
+    seed: object = field(repr=False, default=None)
 
     def __repr__(self):
         est = " (estimate)" if self.estimate else ""

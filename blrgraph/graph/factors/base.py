@@ -57,7 +57,7 @@ class Conditional:
                                 f"or an array, not the node {p.label()} (no conjugate update exists "
                                 f"for a random {slot.name}; fix it, or use a point estimate)")
             prov = getattr(p, "provides", None)
-            if prov is None or type(prov).__name__ != type(slot.family).__name__:
+            if prov is None or type(prov) is not type(slot.family):
                 got = "a " + prov.name + " node" if prov is not None else "a node"
                 raise TypeError(f"{self.node.label()}: parameter '{slot.name}' is {p.label()} ({got}); "
                                 f"a conjugate parent here must be a {slot.family.name} node "
@@ -130,6 +130,39 @@ class Conditional:
 
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")
+
+    # ---- optional hooks: declared here with their defaults, overridden where they apply ----
+    #: the component factor of a mixture (None for every other factor)
+    component = None
+
+    def selector(self):
+        """The assignment node of a mixture (its first parent); None for other factors."""
+        return None
+
+    def n_categories(self):
+        """K of a Categorical-valued child, from its parameters (None if unknown)."""
+        return None
+
+    def check_data_plates(self, dplates):
+        """Refuse data whose plates this factor would align ambiguously (default: none)."""
+
+    def prior_terms(self):
+        """The prior natural parameter of a Categorical child as gathered tables
+        (tables, rows) (families/gathered.py), or None (then the dense prior is used)."""
+        return None
+
+    def message_terms(self, i, x, u, w, target):
+        """The message to parent slot ``i`` as gathered tables (tables, rows), or None."""
+        return None
+
+    def loglik_terms(self, x, u, plates):
+        """E[log p(x | parents)] of observed labels as gathered tables, or None."""
+        return None
+
+    def factored_message(self, slots, q, w, target):
+        """The message from a factored Categorical child ``q`` to the parent in ``slots``
+        without its dense (entries x K) array, or None (then the dense message is used)."""
+        return None
 
     def release(self):
         """Drop the work arrays kept between sweeps (called when a fit ends)."""

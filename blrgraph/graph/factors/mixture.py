@@ -21,7 +21,7 @@ class MixtureFactor(Conditional):
         self.node = node
         z = parents[0]
         from ..node import Node
-        if not isinstance(z, Node) or type(getattr(z, "provides", None)).__name__ != "Categorical":
+        if not isinstance(z, Node) or not getattr(getattr(z, "provides", None), "is_label", False):
             raise TypeError(f"{node.label()}: the first argument of Mixture must be a Categorical "
                             f"node (the assignments z), got {z!r}")
         self.component = component(node, parents[1:], component_slots, **fixed)
@@ -71,6 +71,9 @@ class MixtureFactor(Conditional):
 
     def n_categories(self):
         return self.component.n_categories()
+
+    def selector(self):
+        return self.parents[0]
 
     def _aligned(self, zplates, n):
         """z's plates and the component parameters' plates (without K), right-aligned
@@ -237,7 +240,6 @@ class MixtureFactor(Conditional):
         """The message to z as gathered tables (families/gathered.py), when the
         component can give its log-likelihoods so (a Categorical of observed labels:
         LDA's words) and no mask weights them; None otherwise."""
-        terms = getattr(self.component, "loglik_terms", None)
-        if i != 0 or w is not None or terms is None or tuple(target) != self.node.plates:
+        if i != 0 or w is not None or tuple(target) != self.node.plates:
             return None
-        return terms(x, u[1:], self.node.plates)  # (not z's moments: u[0])
+        return self.component.loglik_terms(x, u[1:], self.node.plates)  # (not z's moments: u[0])

@@ -118,7 +118,7 @@ class _GaussianLinkFactor(Conditional):
     link = "a"
 
     def _wrap(self, p, slot):
-        if isinstance(p, Node) and type(getattr(p, "provides", None)).__name__ != "Normal":
+        if isinstance(p, Node) and not isinstance(getattr(p, "provides", None), NormalFamily):
             got = getattr(getattr(p, "provides", None), "name", "a node")
             raise TypeError(f"{self.node.label()}: {self.link}= is {p.label()} ({got} moments); it "
                             f"must publish Normal moments per entry: a linear predictor bg.Dot(X, w) "

@@ -1,0 +1,283 @@
+"""Gaussian Markov chain: a Gaussian over a whole sequence x_1..x_T (x_t in R^D)
+whose precision is block tridiagonal (the posterior of a linear-Gaussian
+state-space model; docs/kalman.md).
+
+The last plate axis is time (length T); the axes before it are independent
+sequences. Exponential-family form (h = 1), per step t (0-based below)::
+
+    T(x) = (x_t, x_t x_t^T, x_t x_{t-1}^T)        event_ndims = (1, 2, 2)
+    lam  = (h_t, -J_tt / 2, C_t)                  C_0 is unused (kept 0)
+
+so that <lam, T(x)> = sum_t h_t.x_t - x_t^T J_tt x_t / 2 + x_t^T C_t x_{t-1}, i.e.
+q(x) prop. to exp(-x^T J x / 2 + h^T x) with diagonal blocks J_tt and off-diagonal
+blocks J_{t,t-1} = -C_t.
+
+Every quantity is computed by eliminating x_1, x_2, ... in turn (the
+information-form Kalman filter; a block-tridiagonal Cholesky factorisation):
+
+    Jf_0 = J_00,  hf_0 = h_0
+    Jf_t = J_tt - C_t Jf_{t-1}^{-1} C_t^T,   hf_t = h_t + C_t Jf_{t-1}^{-1} hf_{t-1}
+
+then backwards (the RTS smoother: x_{t-1} | x_t ~ N(Jf_{t-1}^{-1}(hf_{t-1} + C_t^T x_t),
+Jf_{t-1}^{-1})):
+
+    m_{T-1} = Jf^{-1} hf,  S_{T-1} = Jf^{-1};  G = Jf_{t-1}^{-1} C_t^T
+    m_{t-1} = Jf_{t-1}^{-1} hf_{t-1} + G m_t,   S_{t-1} = Jf_{t-1}^{-1} + G S_t G^T,
+    Cov(x_t, x_{t-1}) = S_t G^T.
+
+The log partition, the entropy and log|J| = sum_t log|Jf_t| split into one term
+per step, so every per-entry result has shape plates (sequences x T) and sums to
+the sequence's value: A_t = hf_t^T Jf_t^{-1} hf_t / 2 - log|Jf_t| / 2 + (D/2) log 2 pi,
+H_t = (D/2)(1 + log 2 pi) - log|Jf_t| / 2. Cost O(T D^3) per sequence, vectorised
+over the sequences, one Python step per time step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ExponentialFamily, broadcast_nat, object_array
+from .wishart import LOG2PI, _matvec, _outer, _rng, _size_tuple, _sym
+
+
+class GaussianMarkovChain(ExponentialFamily):
+    """A Gaussian over sequences with a block-tridiagonal precision (see the module
+    docstring). ``natural_from_params(mean0, precision0, A, noise_precision, length)``
+    gives the prior of x_1 ~ N(mean0, inv(precision0)), x_t ~ N(A x_{t-1}, inv(noise_precision))."""
+
+    name = "GaussianMarkovChain"
+    param_names = ("mean0", "precision0", "A", "noise_precision")
+    event_ndims = (1, 2, 2)
+    value_ndim = 1
+
+    # ---- parameterisations -------------------------------------------------
+    def natural_from_params(self, mean0, precision0, A, noise_precision, length):
+        m0 = np.asarray(mean0, dtype=float)
+        P0 = np.asarray(precision0, dtype=float)
+        A = np.asarray(A, dtype=float)
+        Q = np.asarray(noise_precision, dtype=float)
+        AtQA = np.swapaxes(A, -1, -2) @ Q @ A
+        return chain_natural(_matvec(P0, m0), P0, Q, Q @ A, AtQA, int(length))
+
+    def params_from_natural(self, nat):
+        m, S, cross = self._smooth(nat)[:3]
+        return {"mean": m, "cov": S, "cross_cov": cross}
+
+    # ---- the filter / smoother -----------------------------------------------
+    def _filter(self, nat):
+        """Forward elimination: (hf, Jf^{-1}, log|Jf|, C) per step. One loop over T for
+        the precisions (they do not depend on h), one for hf; each step a few batched
+        matrix products over the sequences (time is moved to the front for the loops)."""
+        h, n2, C = broadcast_nat(nat, self.event_ndims)
+        T = h.shape[-2]
+        if T == 0:
+            raise ValueError(f"{self.name}: a chain needs at least one step")
+        if h.shape[-1] == 1:
+            return self._filter_scalar(h, n2, C)
+        mm, inv = np.matmul, np.linalg.inv
+        Jd = _front(-(n2 + np.swapaxes(n2, -1, -2)), 2)
+        Cf = _front(C, 2)
+        CTf = np.swapaxes(Cf, -1, -2)
+        Jf = np.empty(Jd.shape)
+        Jinv = np.empty(Jd.shape)
+        Jf[0] = Jd[0]
+        try:
+            Jinv[0] = inv(Jd[0])
+            for t in range(1, T):
+                Jf[t] = Jd[t] - mm(mm(Cf[t], Jinv[t - 1]), CTf[t])
+                Jinv[t] = inv(Jf[t])
+            c = np.linalg.cholesky(_sym(Jf))
+        except np.linalg.LinAlgError:
+            bad = [t for t in range(T) if not np.all(np.linalg.eigvalsh(_sym(Jf[t])) > 0)]
+            raise ValueError(f"{self.name}: the filtered precision at step "
+                             f"{bad[0] if bad else '?'} is not positive definite; the natural "
+                             f"parameters are outside the natural parameter space") from None
+        logdet = 2.0 * np.sum(np.log(np.diagonal(c, axis1=-2, axis2=-1)), axis=-1)
+        Jinv = _sym(Jinv)
+        CJ = mm(Cf[1:], Jinv[:-1])  # C_t Jf_{t-1}^{-1}
+        hf = np.empty(Jd.shape[:-1] + (1,))
+        hf[...] = _front(h, 1)[..., None]
+        for t in range(1, T):
+            hf[t] += mm(CJ[t - 1], hf[t - 1])
+        return _back(hf[..., 0], 1), _back(Jinv, 2), _back(logdet, 0), C
+
+    def _filter_scalar(self, h, n2, C):
+        """D = 1: the same recursions in scalar arithmetic on rows over the sequences
+        (Python floats for one sequence, which is several times faster than numpy's
+        per-call cost on 1 x 1 matrices)."""
+        T = h.shape[-2]
+        jd, c, h0 = _rows(-2.0 * _front(n2[..., 0, 0], 0)), _rows(_front(C[..., 0, 0], 0)), \
+            _rows(_front(h[..., 0], 0))
+        jf, ji, hf = [jd[0]], [], [h0[0]]
+        try:
+            ji.append(1.0 / jd[0])
+            for t in range(1, T):
+                f = jd[t] - c[t] * c[t] * ji[t - 1]
+                jf.append(f)
+                ji.append(1.0 / f)
+                hf.append(h0[t] + c[t] * ji[t - 1] * hf[t - 1])
+        except ZeroDivisionError:
+            jf.append(0.0)
+        shape = h.shape[:-1]
+        jf = _back(np.array(jf, dtype=float).reshape((-1,) + shape[:-1]), 0)
+        if jf.shape[-1] != T or not np.all(jf > 0):
+            bad = int(np.argmax(np.any(np.reshape(~(jf > 0), (-1, jf.shape[-1])), axis=0)))
+            raise ValueError(f"{self.name}: the filtered precision at step {bad} is not "
+                             f"positive definite; the natural parameters are outside the "
+                             f"natural parameter space")
+        Jinv = _back(np.array(ji, dtype=float).reshape((T,) + shape[:-1]), 0)[..., None, None]
+        hf = _back(np.array(hf, dtype=float).reshape((T,) + shape[:-1]), 0)[..., None]
+        return hf, Jinv, np.log(jf), C
+
+    def _smooth_scalar(self, nat):
+        hf, Jinv, logdet, C = self._filter(nat)
+        T = hf.shape[-2]
+        shape = hf.shape[:-2]
+        ji, hr = _rows(_front(Jinv[..., 0, 0], 0)), _rows(_front(hf[..., 0], 0))
+        c = _rows(_front(np.broadcast_to(C[..., 0, 0], shape + (T,)), 0))
+        m, S, cross = [0.0] * T, [0.0] * T, [0.0] * T
+        m[T - 1], S[T - 1] = ji[T - 1] * hr[T - 1], ji[T - 1]
+        for t in range(T - 1, 0, -1):
+            g = ji[t - 1] * c[t]
+            m[t - 1] = ji[t - 1] * hr[t - 1] + g * m[t]
+            cross[t] = S[t] * g
+            S[t - 1] = ji[t - 1] + g * cross[t]
+
+        def arr(v, k):  # rows (floats, or arrays with cross[0] = 0.0) -> plates + (T,) + event
+            if int(np.prod(shape)) == 1:   # rows are floats
+                a = np.array(v, dtype=float).reshape((T,) + shape)
+            else:
+                a = np.array([np.broadcast_to(x, shape) for x in v], dtype=float)
+            return _back(a, 0).reshape(shape + (T,) + (1,) * k)
+        return arr(m, 1), arr(S, 2), arr(cross, 2), hf, Jinv, logdet
+
+    def _smooth(self, nat):
+        """Backward pass: means, marginal covariances, Cov(x_t, x_{t-1}) (0 at t=0),
+        and the filter's hf_t, Jf_t^{-1} and log|Jf_t|."""
+        if np.shape(nat[0])[-1] == 1:
+            return self._smooth_scalar(nat)
+        hf, Jinv, logdet, C = self._filter(nat)
+        mm = np.matmul
+        Ji = _front(Jinv, 2)
+        T = Ji.shape[0]
+        G = mm(Ji[:-1], _front(np.swapaxes(C, -1, -2), 2)[1:])   # G_{t-1} = Jf_{t-1}^{-1} C_t^T
+        GT = np.swapaxes(G, -1, -2)
+        m = mm(Ji, _front(hf, 1)[..., None])                    # Jf_t^{-1} hf_t, then smoothed
+        S = np.empty(Ji.shape)
+        cross = np.zeros(Ji.shape)
+        S[T - 1] = Ji[T - 1]
+        for t in range(T - 1, 0, -1):
+            m[t - 1] += mm(G[t - 1], m[t])
+            cross[t] = mm(S[t], GT[t - 1])
+            S[t - 1] = Ji[t - 1] + mm(G[t - 1], cross[t])
+        return (_back(m[..., 0], 1), _back(_sym(S), 2), _back(cross, 2), hf, Jinv, logdet)
+
+    # ---- exponential-family functions ---------------------------------------
+    def suff_stats(self, x):
+        x = np.asarray(x, dtype=float)
+        lag = np.zeros(x.shape[:-1] + (x.shape[-1], x.shape[-1]))
+        lag[..., 1:, :, :] = _outer(x[..., 1:, :], x[..., :-1, :])
+        return x, _outer(x), lag
+
+    def log_partition(self, nat):
+        """A(lam) split per step (shape plates; the sequence's A is the sum over T)."""
+        hf, Jinv, logdet, _ = self._filter(nat)
+        D = hf.shape[-1]
+        return 0.5 * np.einsum("...i,...ij,...j->...", hf, Jinv, hf) - 0.5 * logdet \
+            + 0.5 * D * LOG2PI
+
+    def mean_params(self, nat):
+        m, S, cross = self._smooth(nat)[:3]
+        lag = cross.copy()
+        lag[..., 1:, :, :] += _outer(m[..., 1:, :], m[..., :-1, :])
+        return m, S + _outer(m), lag
+
+    def moments_and_entropy(self, nat):
+        """(mean_params(nat), entropy(nat)) from one filter/smoother pass."""
+        m, S, cross, _, _, logdet = self._smooth(nat)
+        lag = cross.copy()
+        lag[..., 1:, :, :] += _outer(m[..., 1:, :], m[..., :-1, :])
+        D = m.shape[-1]
+        return (m, S + _outer(m), lag), 0.5 * D * (1.0 + LOG2PI) - 0.5 * logdet
+
+    def entropy(self, nat):
+        """H[q] split per step: (D/2)(1 + log 2 pi) - log|Jf_t| / 2 (sums to the sequence's)."""
+        _, _, logdet, _ = self._filter(nat)
+        D = np.shape(nat[0])[-1]
+        return 0.5 * D * (1.0 + LOG2PI) - 0.5 * logdet
+
+    def sample(self, nat, rng=None, size=None):
+        """Backward sampling: x_T ~ N(Jf^{-1} hf, Jf^{-1}), then x_{t-1} | x_t; shape
+        size + plates + (D,)."""
+        rng = _rng(rng)
+        hf, Jinv, _, C = self._filter(nat)
+        T = hf.shape[-2]
+        out = np.empty(_size_tuple(size) + hf.shape)
+        L = np.linalg.cholesky(_sym(Jinv))
+        z = rng.standard_normal(out.shape)
+        mean = _matvec(Jinv[..., T - 1, :, :], hf[..., T - 1, :])
+        out[..., T - 1, :] = mean + _matvec(L[..., T - 1, :, :], z[..., T - 1, :])
+        for t in range(T - 1, 0, -1):
+            lin = hf[..., t - 1, :] + np.einsum("...ji,...j->...i", C[..., t, :, :], out[..., t, :])
+            out[..., t - 1, :] = _matvec(Jinv[..., t - 1, :, :], lin) + \
+                _matvec(L[..., t - 1, :, :], z[..., t - 1, :])
+        return out
+
+    def mean(self, nat):
+        return self._smooth(nat)[0]
+
+    def cov(self, nat):
+        """Marginal covariances Cov(x_t), shape plates + (D, D)."""
+        return self._smooth(nat)[1]
+
+    def cross_cov(self, nat):
+        """Cov(x_t, x_{t-1}) (zero at t = 0), shape plates + (D, D)."""
+        return self._smooth(nat)[2]
+
+    def var(self, nat):
+        return np.diagonal(self.cov(nat), axis1=-2, axis2=-1).copy()
+
+    def mode(self, nat):
+        return self.mean(nat)
+
+    def to_scipy(self, nat):
+        """The marginals of the steps: an object array (plates) of frozen
+        scipy.stats.multivariate_normal."""
+        from scipy import stats
+        m, S = self._smooth(nat)[:2]
+        return object_array(m.shape[:-1], lambda i: stats.multivariate_normal(mean=m[i], cov=S[i]))
+
+
+def _rows(a):
+    """Rows of a (T, ...) array: Python floats when each row holds one number."""
+    if a.size == a.shape[0]:
+        return a.reshape(-1).tolist()
+    return list(a)
+
+
+def _front(a, event):
+    """Move the time axis (the last plate axis) to the front."""
+    return np.moveaxis(a, a.ndim - event - 1, 0)
+
+
+def _back(a, event):
+    """Inverse of :func:`_front`."""
+    return np.moveaxis(a, 0, a.ndim - event - 1)
+
+
+def chain_natural(h0, P0, Q, QA, AtQA, T):
+    """Natural parameters of the chain prior x_1 ~ N(P0^{-1} h0, P0^{-1}),
+    x_t | x_{t-1} ~ N(A x_{t-1}, Q^{-1}), from (expected) h0 = P0 m0, P0, Q, Q A and
+    A^T Q A (each with its own batch shape); shapes batch + (T, D[, D])."""
+    h0, P0, Q, QA, AtQA = (np.asarray(a, dtype=float) for a in (h0, P0, Q, QA, AtQA))
+    D = P0.shape[-1]
+    batch = np.broadcast_shapes(h0.shape[:-1], P0.shape[:-2], Q.shape[:-2], QA.shape[:-2],
+                                AtQA.shape[:-2])
+    h = np.zeros(batch + (T, D))
+    h[..., 0, :] = h0
+    J = np.empty(batch + (T, D, D))
+    J[..., :, :, :] = (Q + AtQA)[..., None, :, :]
+    J[..., 0, :, :] = P0 + AtQA
+    J[..., T - 1, :, :] = Q if T > 1 else P0
+    C = np.zeros(batch + (T, D, D))
+    C[..., 1:, :, :] = QA[..., None, :, :]
+    return h, -0.5 * J, C

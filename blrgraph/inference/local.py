@@ -1,0 +1,123 @@
+"""The local block: the nodes along the data axis, fitted to the global nodes.
+
+Batch VB (docs/algorithms.md, "Schedules"): each sweep the local nodes start again
+from their priors (given the current globals) and are swept until every entry has
+converged, then the global nodes take their step. Mixture assignments are updated
+first (after a restart they hold only their prior), the other local nodes after them,
+and the assignments once more at the end, so that the globals see assignments fitted
+to the final local parameters. When no local node reads another (a mixture's z alone),
+one update is the exact local optimum.
+
+Per-entry convergence (as scikit-learn's LDA stops each document on its own): an entry
+of the data axis whose watched natural parameters changed by less than ``tol`` (mean
+absolute change over its values) stops; once fewer than half of the entries of the
+current view are active, the block goes on in a view of the active rows only
+(:class:`~blrgraph.inference.views.RowView`), writing their q back when it ends.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .blr import reset_to_prior
+from .views import RowView
+
+#: local sweeps at most, and the per-entry change that ends them (scikit-learn's LDA:
+#: max_doc_update_iter=100, mean_change_tol=1e-3)
+ITERS, TOL = 100, 1e-3
+#: by default the local block restarts from its priors until the ELBO's relative change
+#: per sweep falls below this, then goes on warm (each sweep a coordinate ascent, so the
+#: trace is monotone from there and can converge to any tolerance)
+WARM_AFTER = 1e-4
+
+
+class LocalBlock:
+    """``structure.local`` fitted to the globals: ``iters`` sweeps at most, each entry
+    until its change is below ``tol``; ``restart``: from the priors each time."""
+
+    def __init__(self, model, structure, iters=None, tol=None, restart=None):
+        self.model, self.structure = model, structure
+        self.nodes = list(structure.local)
+        inner = structure.has_inner_dependence()
+        self.iters = (ITERS if inner else 1) if iters is None else int(iters)
+        if not inner:
+            self.iters = 1
+        self.tol = TOL if tol is None else float(tol)
+        self.restart = inner if restart is None else bool(restart)
+        self.auto_restart = restart is None and inner
+        assign = [n for n in self.nodes if n in structure.assignments]
+        others = [n for n in self.nodes if n not in assign]
+        # after a restart the assignments hold only their prior: they go first, and once
+        # more at the end; warm, the other local nodes read the current assignments first
+        iterate = self.restart or self.iters > 1
+        self.order = assign + others if iterate else others + assign
+        self.watch = others or list(self.nodes)
+        self.last = assign if (others and iterate) else []
+        # per-entry convergence needs every watched node on the data axis itself
+        self.per_entry = inner and all(
+            n is structure.root or structure.links.get(n, (None,))[0] == "same"
+            for n in self.watch) and all(n.restrictable for n in structure.links)
+
+    def settle(self, trace):
+        """After a sweep: a default (restarting) block goes on warm once the ELBO's
+        relative change is below :data:`WARM_AFTER`."""
+        if self.auto_restart and self.restart and len(trace) > 1 and \
+                abs(trace[-1] - trace[-2]) <= WARM_AFTER * abs(trace[-1]):
+            self.restart = False
+
+    def fit(self, view, update):
+        """Fit the local nodes in ``view``; returns the number of sweeps."""
+        if not self.nodes:
+            return 0
+        if self.restart:
+            for n in self.nodes:
+                reset_to_prior(n)
+        sweeps = self._sweeps(view, update, self.iters)
+        for n in self.last:
+            update(n)
+        return sweeps
+
+    def _sweeps(self, view, update, budget):
+        if budget <= 0:
+            return 0
+        n_rows = self.structure.root.plates[0]
+        active = np.ones(n_rows, dtype=bool)
+        for k in range(1, budget + 1):
+            before = [n.nat for n in self.watch]
+            for n in self.order:
+                update(n)
+            if self.iters == 1:
+                return k
+            if not self.per_entry:
+                change = max(float(np.mean(np.abs(a - b))) for n, old in zip(self.watch, before)
+                             for a, b in zip(n.nat, old))
+                if change < self.tol:
+                    return k
+                continue
+            if not active.all():
+                self._freeze(before, ~active)
+            active &= self._change(before) >= self.tol
+            n_active = int(np.count_nonzero(active))
+            if n_active == 0:
+                return k
+            if n_active <= n_rows // 2 and k < budget:
+                rows = np.flatnonzero(active)
+                with RowView(self.model, self.structure, rows, keep=self.watch):
+                    return k + self._sweeps(view, update, budget - k)
+        return budget
+
+    def _freeze(self, before, rows):
+        """Entries that had converged keep the values they stopped at."""
+        for n, old in zip(self.watch, before):
+            n.set_natural(tuple(np.where(rows.reshape(rows.shape + (1,) * (np.ndim(a) - 1)), b, a)
+                                for a, b in zip(n.nat, old)))
+
+    def _change(self, before):
+        """Per entry of the data axis: the largest, over watched nodes, of the mean
+        absolute change of its natural parameters."""
+        out = None
+        for n, old in zip(self.watch, before):
+            for a, b in zip(n.nat, old):
+                d = np.abs(np.asarray(a) - np.asarray(b))
+                d = d.reshape(d.shape[0], -1).mean(axis=1) if d.ndim > 1 else d
+                out = d if out is None else np.maximum(out, d)
+        return out

@@ -1,0 +1,67 @@
+"""Symmetric saddle points of mixtures: two components that carry data and are the
+same distribution. Coordinate ascent cannot leave such a point by itself (the
+gradient separating the two is zero), so a fit that stops there has not found an
+optimum. The scheduler splits the responsibilities of the tied components at random
+and goes on (docs/algorithms.md, "Saddle points")."""
+from __future__ import annotations
+
+import numpy as np
+
+#: relative difference under which two components' natural parameters are "the same"
+TIE_TOL = 1e-6
+#: a component carrying less than this many (weighted) entries is empty, not tied
+MIN_COUNT = 1.0
+
+
+def _component_params(model, z):
+    """Latent parameter nodes of the mixtures that ``z`` selects (K on the last plate axis)."""
+    out = []
+    for c in model.children[z]:
+        if c.stochastic and c.factor.selector() is z:
+            out += [p for p in c.factor.parents[1:] if p in model.graph and p.stochastic
+                    and not p.observed and p.plates and p not in out]
+    return out
+
+
+def _flat_by_component(node):
+    rows = []
+    ax = len(node.plates) - 1
+    for a, k in zip(node.nat, node.family.event_ndims):
+        a = np.broadcast_to(a, tuple(node.plates) + np.shape(a)[np.ndim(a) - k:])
+        rows.append(np.moveaxis(a, ax, 0).reshape(node.plates[-1], -1))
+    return np.concatenate(rows, axis=1)
+
+
+def tied_components(model, z):
+    """Groups (lists of component indices, each of length >= 2) of components of the
+    mixtures selected by ``z`` that carry data and have equal parameters."""
+    params = _component_params(model, z)
+    if not params:
+        return []
+    r = np.asarray(z.moments()[0])
+    if z.replicates is not None:
+        r = r * np.broadcast_to(z.replicates, z.plates)[..., None]
+    counts = r.reshape(-1, r.shape[-1]).sum(0)
+    F = np.concatenate([_flat_by_component(p) for p in params], axis=1)
+    K = F.shape[0]
+    scale = np.max(np.abs(F), axis=0) + 1e-300
+    groups, seen = [], set()
+    for j in range(K):
+        if j in seen or counts[j] < MIN_COUNT:
+            continue
+        same = [k for k in range(j + 1, K) if k not in seen and counts[k] >= MIN_COUNT
+                and np.max(np.abs(F[j] - F[k]) / scale) < TIE_TOL]
+        if same:
+            groups.append([j] + same)
+            seen.update(same)
+    return groups
+
+
+def split_tied(z, groups, rng):
+    """Share each entry's responsibility for a tied group among its members at random
+    (Dirichlet(1) weights): the next global step sees distinct components."""
+    r = np.array(z.moments()[0], dtype=float)
+    for g in groups:
+        s = r[..., g].sum(-1, keepdims=True)
+        r[..., g] = s * rng.dirichlet(np.ones(len(g)), size=r.shape[:-1])
+    z.set_natural((np.log(np.maximum(r, 1e-300)),))

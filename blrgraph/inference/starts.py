@@ -1,0 +1,189 @@
+"""Where a fit starts: every latent q at its prior, mixture assignments at a start
+that breaks the symmetry between components (docs/algorithms.md, "Starts").
+
+* ``"kmeans"`` (the default for mixtures over data): k-means++ seeds, then Lloyd's
+  iterations to convergence, on the data the assignments explain (the first
+  sufficient statistic of every observed mixture child, standardised per column;
+  masked cells left out of distances and centres); one-hot responsibilities.
+* ``"kmeans++"``: the k-means++ seeds only (one-hot to the nearest seed).
+* ``"diffuse"`` (the default for per-entry mixture weights, e.g. LDA's z under
+  theta[doc]): Dirichlet(10) responsibilities, close to uniform.
+* ``"random"``: Dirichlet(1) responsibilities.
+* an array (responsibilities of the one assignment node) or ``{node: array}``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INITS = ("kmeans", "kmeans++", "random", "diffuse")
+
+#: Dirichlet concentration of the responsibilities drawn by init="diffuse"
+DIFFUSE = 10.0
+#: Lloyd's iterations of the k-means start stop when no point changes cluster, or here
+KMEANS_MAX_ITER = 300
+
+
+def check_init(model, init, assignments):
+    """Refuse an ``init=`` the model cannot use before anything changes; returns
+    {assignment node: start} (a name or an array)."""
+    if init is None:
+        return {z: None for z in assignments}
+    if isinstance(init, str):
+        if init not in INITS:
+            raise ValueError(f"init={init!r}: choose one of {list(INITS)}, an array of "
+                             f"responsibilities or {{node: array}}")
+        return {z: init for z in assignments}
+    if isinstance(init, dict):
+        out = {z: None for z in assignments}
+        for key, value in init.items():
+            z = model[key] if isinstance(key, str) else key
+            if z not in assignments:
+                raise ValueError(f"init=: {key!r} is not a mixture assignment of this model; "
+                                 f"give responsibilities of {[a.name for a in assignments]}")
+            out[z] = value if isinstance(value, str) else _responsibilities(z, value)
+        return out
+    if len(assignments) != 1:
+        raise ValueError(f"init=array: the model has {len(assignments)} mixture assignments "
+                         f"({[a.name for a in assignments]}); pass {{node: array}}")
+    z = assignments[0]
+    return {z: _responsibilities(z, init)}
+
+
+def _responsibilities(z, value):
+    K = z.nat[0].shape[-1]
+    r = np.asarray(value, dtype=float)
+    want = tuple(z.plates) + (K,)
+    if r.shape != want:
+        raise ValueError(f"init=: responsibilities of {z.label()} must have shape {want} "
+                         f"(plates + (K,)), got {r.shape}")
+    if not np.all(np.isfinite(r)) or np.any(r < 0) or np.any(r.sum(-1) <= 0):
+        raise ValueError(f"init=: responsibilities of {z.label()} must be finite, >= 0, with a "
+                         f"positive sum per row")
+    return r / r.sum(-1, keepdims=True)
+
+
+class Default(str):
+    """A start chosen by the scheduler, not the user: where it cannot work (k-means with
+    no observed data below the assignments) the random start is used instead."""
+
+
+def start_assignment(model, z, rng, init):
+    """Set a mixture assignment to its starting responsibilities."""
+    K = z.nat[0].shape[-1]
+    if isinstance(init, Default):
+        try:
+            return start_assignment(model, z, rng, str(init))
+        except ValueError:
+            init = "random"
+    if isinstance(init, np.ndarray):
+        r = init
+    elif init in ("kmeans", "kmeans++"):
+        r = kmeans_responsibilities(model, z, K, rng, lloyd=init == "kmeans")
+    elif init == "diffuse":
+        r = rng.dirichlet(np.full(K, DIFFUSE), size=z.plates)
+    else:
+        r = rng.dirichlet(np.ones(K), size=z.plates)
+    z.set_natural((np.log(np.maximum(r, 1e-300)),))
+
+
+def default_start(structure, z):
+    """"diffuse" for per-entry mixture weights (z's prior is a local node: LDA's
+    theta[doc]); "kmeans" for a mixture over data."""
+    local = set(structure.links)
+    return "diffuse" if any(p in local for p in z.parents) else "kmeans"
+
+
+def assignment_features(model, z):
+    """(X, M): one row per entry of z of the observed mixture children's first
+    sufficient statistic, standardised per column, with a 0/1 mask of observed cells.
+    Raises ValueError when there are none (then a random start is used)."""
+    data = [c for c in model.children[z] if c.stochastic and c.observed
+            and c.factor.selector() is z]
+    if not data:
+        raise ValueError(f"init='kmeans': mixture assignment {z.label()} has no observed "
+                         f"Mixture child to seed from; use init='random'")
+    cols, masks = [], []
+    for y in data:
+        X, M = _child_features(z, y)
+        if X is None:
+            raise ValueError(f"init='kmeans': {y.label()} has plates {y.plates}, which do not "
+                             f"extend the assignments' plates {z.plates}; use init='random'")
+        cnt = M.sum(0)
+        mean = (X * M).sum(0) / np.maximum(cnt, 1)
+        X = np.where(M > 0, X, mean)
+        sd = np.sqrt(((X - mean) ** 2 * M).sum(0) / np.maximum(cnt, 1))
+        cols.append((X - mean) / np.where(sd > 0, sd, 1.0))
+        masks.append(M)
+    return np.concatenate(cols, axis=1), np.concatenate(masks, axis=1)
+
+
+def _child_features(z, y):
+    """Rows (one per entry of z) of y's first sufficient statistic, with a cell mask.
+    y's plates broadcast z's: axes where z has size 1 and y does not (columns sharing
+    one z) become feature columns, as does the value's event."""
+    Pz, Py = z.plates, y.plates
+    Pz = (1,) * (len(Py) - len(Pz)) + tuple(Pz)
+    if len(Pz) != len(Py) or any(a not in (1, b) for a, b in zip(Pz, Py)):
+        return None, None
+    if y.value is not None and not y.family.is_label:
+        t1 = np.asarray(y.value, dtype=float)  # x itself: never build x x^T for vectors
+    else:
+        t1 = np.asarray(y.moments()[0], dtype=float)
+    ev = t1.ndim - len(Py)
+    mask = np.ones(Py) if y.mask is None else np.broadcast_to(y.mask, Py).astype(float)
+    if y.replicates is not None:
+        mask = mask * np.broadcast_to(y.replicates, Py)
+    entry = [j for j in range(len(Py)) if Pz[j] == Py[j]]
+    feat = [j for j in range(len(Py)) if Pz[j] != Py[j]]
+    n = int(np.prod([Py[j] for j in entry])) if entry else 1
+    X = np.transpose(t1, entry + feat + list(range(len(Py), t1.ndim))).reshape(n, -1)
+    M = np.transpose(mask, entry + feat).reshape(n, -1)
+    M = np.repeat(M, X.shape[1] // M.shape[1], axis=1) if ev else M
+    return X, M
+
+
+def kmeans_responsibilities(model, z, K, rng, lloyd=True):
+    """One-hot responsibilities from k-means++ seeds (Arthur & Vassilvitskii 2007;
+    counts weight the draws) and, with ``lloyd``, Lloyd's iterations until no point
+    changes cluster. Distances and centres use the observed cells only. Entries with
+    no observed cell get uniform responsibilities (they carry no information)."""
+    X, M = assignment_features(model, z)
+    w = (M.max(axis=1) > 0).astype(float)
+    if np.count_nonzero(w) < K:
+        raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries")
+    MX, MX2 = M * X, (M * X * X).sum(1)
+    C = _seeds(X, w, K, rng)
+    labels = _nearest(MX, MX2, M, C)
+    for _ in range(KMEANS_MAX_ITER if lloyd else 0):
+        R = np.zeros((X.shape[0], K))
+        R[np.arange(X.shape[0]), labels] = w
+        num, den = R.T @ MX, R.T @ M
+        C = np.where(den > 0, num / np.maximum(den, 1e-300), C)
+        new = _nearest(MX, MX2, M, C)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    r = np.zeros((X.shape[0], K))
+    r[np.arange(X.shape[0]), labels] = 1.0
+    r[w == 0] = 1.0 / K
+    return r.reshape(tuple(z.plates) + (K,))
+
+
+def _seeds(X, w, K, rng):
+    n = X.shape[0]
+    centres = np.empty((K, X.shape[1]))
+    centres[0] = X[rng.choice(n, p=w / w.sum())]
+    d2 = np.sum((X - centres[0]) ** 2, axis=1)
+    for k in range(1, K):
+        p = w * d2
+        if p.sum() <= 0:  # fewer distinct points than components: draw among the observed
+            p = w
+        centres[k] = X[rng.choice(n, p=p / p.sum())]
+        d2 = np.minimum(d2, np.sum((X - centres[k]) ** 2, axis=1))
+    return centres
+
+
+def _nearest(MX, MX2, M, C):
+    """argmin_k sum_d M_nd (X_nd - C_kd)^2 for every row n."""
+    d = MX2[:, None] - 2.0 * MX @ C.T + M @ (C * C).T
+    return np.argmin(d, axis=1)
