@@ -221,7 +221,7 @@ def test_per_sequence_parameters():
 
 
 @settings(max_examples=40, deadline=None)
-@given(S=st.integers(1, 4), T=st.integers(1, 9), K=st.integers(1, 4), shared=st.booleans(),
+@given(S=st.integers(1, 4), T=st.integers(1, 30), K=st.integers(1, 4), shared=st.booleans(),
        scale=st.sampled_from([0.1, 3.0, 30.0]), seed=st.integers(0, 10 ** 6))
 def test_forward_backward_matches_the_reference_for_random_shapes(S, T, K, shared, scale, seed):
     """Random sizes, unary scales, per-sequence or shared transitions (sub-normalised, as
@@ -243,13 +243,42 @@ def test_forward_backward_matches_the_reference_for_random_shapes(S, T, K, share
     np.testing.assert_allclose(st_.marginals.sum(-1), 1.0, atol=1e-12)
 
 
-def test_scaled_recursion_underflow_falls_back_to_log_space():
+def test_long_chains_with_sharp_emissions_and_rare_transitions(monkeypatch):
+    """2000 steps whose emissions differ by up to ~100 nats and whose transitions are
+    down to e^-43: the partly renormalised forward pass stays exact (without the
+    log-space fallback)."""
+    import blrgraph.families.categorical_chain as chain_math
+
+    def no_fallback(*args):
+        raise AssertionError("the scaled recursion fell back to log space")
+
+    monkeypatch.setattr(chain_math, "_forward_backward_log", no_fallback)
+    rng = np.random.default_rng(16)
+    S, T, K = 3, 2000, 3
+    U = 30.0 * rng.normal(size=(S, T, K))
+    P = np.log(rng.dirichlet(0.05 * np.ones(K), size=K) + 1e-26)
+    L = np.array([T, 1234, 7])
+    st_ = forward_backward(U, P, L)
+    for s in range(S):
+        ll, marg, counts = ref_forward_backward(U[s, 0] * 0, P, U[s, :L[s]])
+        assert abs(st_.log_z[s] - ll) <= 1e-10 * abs(ll)
+        np.testing.assert_allclose(st_.marginals[s, :L[s]], marg, atol=1e-9)
+        np.testing.assert_allclose(st_.counts[s], counts, atol=1e-8)
+
+
+def test_scaled_recursion_underflow_falls_back_to_log_space(monkeypatch):
     """A forward vector of exact zeros (exp(-800) transitions against data insisting on
     them) is redone in log space."""
     log_A = np.array([[0.0, -800.0], [-800.0, 0.0]])
     U = np.array([[[0.0, -1000.0], [-1000.0, 0.0], [-1000.0, 0.0]],
                   [[0.0, -1.0], [-1.0, 0.0], [0.0, 0.0]]])
+    import blrgraph.families.categorical_chain as chain_math
+    calls = []
+    fallback = chain_math._forward_backward_log
+    monkeypatch.setattr(chain_math, "_forward_backward_log",
+                        lambda *a: calls.append(a[0].shape[0]) or fallback(*a))
     st = forward_backward(U, log_A)
+    assert calls == [1]                       # only the first sequence needed it
     for s in range(2):
         ll, marg, counts = ref_forward_backward(U[s, 0] * 0, log_A, U[s])
         assert abs(st.log_z[s] - ll) < 1e-9 * abs(ll)

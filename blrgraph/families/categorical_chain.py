@@ -13,18 +13,26 @@ messages) and P = E[log A]: exp(P) is sub-normalised (rows sum to < 1), which th
 recursions below do not need.
 
 Everything is vectorised over sequences (S) and states (K); the loops run over
-time, O(T K^2) per sequence. The recursions are scaled (Rabiner 1989): each
-forward vector is normalised and the log of its normaliser summed into log Z, so
-nothing under- or overflows however long the chain. A sequence whose scaled
-recursion still underflows (a forward vector of exact zeros: a transition
-probability below 1e-300 against data that insist on it) is recomputed in log
-space. ``lengths`` ends each sequence: steps t >= L_s belong to no sequence (no
-term of log Z, no count) and publish the forward prediction.
+time, O(T K^2) per sequence. The recursions are scaled (Rabiner 1989): the
+forward vectors' running sum is divided out (every step, or every RENORM steps
+with a shared transition matrix) and the logs of the divisors are summed into
+log Z; the backward pass divides by the same factors. So nothing under- or
+overflows however long the chain. A sequence whose divisors still fall below
+TINY = 1e-250 (transition weights near 1e-300 against data that insist on them)
+is recomputed in log space. ``lengths`` ends each sequence: steps t >= L_s
+belong to no sequence (no term of log Z, no count) and publish the forward
+prediction.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy.special import logsumexp
+
+
+#: a shared-transition forward pass divides out the running sum every RENORM steps
+RENORM = 8
+#: a divisor or final sum below this (or not finite): the sequence is redone in log space
+TINY = 1e-250
 
 
 class ChainStats:
@@ -64,9 +72,10 @@ def forward_backward(log_unary, log_trans, lengths=None):
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
     None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
     arrays, written in place: with a shared transition matrix a forward step is one
-    (K + 1, K) @ (K, S) product (the prediction and the previous normaliser), a
-    product with the emissions and a division; a backward step one product and one
-    (K, K) @ (K, S) product."""
+    (K + 1, K) @ (K, S) product (the prediction and the previous sum) and a product
+    with the emissions (the sum is divided out every RENORM steps); a backward step one
+    elementwise product and one (K, K) @ (K, S) product. Any scaling of the forward
+    vectors is exact as long as the backward pass divides by the same factors."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
@@ -91,39 +100,44 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
     c = np.max(U, axis=-1)                                           # (S, T)
     B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
+    # alpha[t] = alpha_t / prod_{tau <= t} c_tau (c: the divisors applied; 1 where none was)
     alpha = np.empty((T, K, S))
-    z = np.empty((T, S))
-    with np.errstate(divide="ignore", invalid="ignore"):   # underflow: redone in log space
+    c_div = np.ones((T, S))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
         if shared:
-            # alpha[t] is kept unnormalised (sum z_t); one product with [At^T; 1] gives the
-            # next prediction and z_t together: three numpy calls per step
+            # one product with [At^T; 1] gives the prediction and the previous sum together;
+            # the sum is divided out every RENORM steps only (two numpy calls per step
+            # otherwise): between divisions the sums change by a factor in (tiny, K] per step
             Aug = np.vstack([AtT, np.ones((1, K))])
             W = np.empty((T, K + 1, S))
             alpha[0] = B[0]
             for t in range(1, T):
                 w = np.dot(Aug, alpha[t - 1], out=W[t])
                 np.multiply(w[:K], B[t], out=alpha[t])
-                np.divide(alpha[t], w[K], out=alpha[t])
-            z[:-1] = W[1:, K]
-            z[-1] = alpha[-1].sum(0)
-            alpha /= z[:, None, :]
+                if t % RENORM == 0:
+                    np.divide(alpha[t], w[K], out=alpha[t])
+            steps = np.arange(RENORM, T, RENORM)
+            c_div[steps] = W[steps, K]
         else:
             one = np.ones(K)
-            np.dot(one, B[0], out=z[0])
-            np.divide(B[0], z[0], out=alpha[0])
-            for t in range(1, T):
-                a = fwd(alpha[t - 1], alpha[t])
-                np.multiply(a, B[t], out=a)
-                np.dot(one, a, out=z[t])
-                np.divide(a, z[t], out=a)
-        bad = ~np.all(np.isfinite(z) & (z > 0), axis=0)             # (S,)
+            for t in range(T):
+                a = B[0].copy() if t == 0 else fwd(alpha[t - 1], alpha[t])
+                if t:
+                    np.multiply(a, B[t], out=a)
+                np.dot(one, a, out=c_div[t])
+                np.divide(a, c_div[t], out=alpha[t])
+        last = np.clip(L - 1, 0, T - 1)
+        k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
+        bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
+                & (k0 > TINY))
 
-        # backward: G[t] = B_t beta_t / z_t on valid transitions (0 elsewhere)
-        rz = 1.0 / z
+        # backward: G[t] = B_t beta_t / c_t on valid transitions (0 elsewhere), beta[t] =
+        # beta_t / prod_{t < tau < L} c_tau, so alpha[t] beta[t] = p(z_t, x) / prod c = gamma_t k0
+        rc = 1.0 / c_div
         if short:
             live = valid.T                                           # (T, S)
-            rz = np.where(live, rz, 0.0)
-        G = np.multiply(B, rz[:, None, :], out=B)                    # B_t / z_t, then x beta_t
+            rc = np.where(live, rc, 0.0)
+        G = np.multiply(B, rc[:, None, :], out=B)                    # B_t / c_t, then x beta_t
         G[0] = 0.0
         beta = np.empty((T, K, S))
         beta[T - 1] = 1.0
@@ -132,12 +146,16 @@ def forward_backward(log_unary, log_trans, lengths=None):
             bwd(g, beta[t - 1])
             if short:
                 np.copyto(beta[t - 1], 1.0, where=~live[t])
-        np.multiply(alpha, beta, out=beta)                          # the marginals
+        np.multiply(alpha, beta, out=beta)
+        beta /= beta.sum(1, keepdims=True)         # the marginals (after the end: prediction)
+        rk0 = np.where(L > 0, 1.0 / k0, 0.0)
         counts = np.einsum("tis,tjs->sij", alpha[:-1], G[1:], optimize=True)
         counts *= At
-        logs = np.log(np.where(valid, z.T, 1.0)) + np.where(valid, c, 0.0)
+        counts *= rk0[:, None, None]
+        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c, 0.0)
+        log_z = logs.sum(1) + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
+            + np.maximum(L - 1, 0) * m.reshape(-1)
     gamma = beta.transpose(2, 0, 1).copy()                           # (S, T, K)
-    log_z = logs.sum(1) + np.maximum(L - 1, 0) * m.reshape(-1)
     if np.any(bad):
         idx = np.flatnonzero(bad)
         sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
