@@ -10,6 +10,7 @@ from .graph import GaussianMarkovChain
 from .graph import (Bernoulli, Beta, Binomial, Categorical, CategoricalMarkovChain, Dirichlet, Dot,
                     Exponential, Gamma, Mixture, Multinomial, MultivariateNormal, Normal,
                     NormalGamma, NormalWishart, Poisson, Potential, Wishart)
+from .graph.predictive import log_predictive
 from .inference import METHODS, FitResult, Method, elbo
 from .model import Model
 
@@ -19,4 +20,4 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "CategoricalMarkovCha
            "Dot", "Exponential", "Gamma", "GaussianMarkovChain", "Mixture", "Model", "Multinomial",
            "MultivariateNormal", "Normal", "NormalGamma", "NormalWishart", "Poisson", "Potential",
            "Wishart", "FitResult", "METHODS", "Method", "elbo",
-           "closed_form", "families"]
+           "closed_form", "families", "log_predictive"]

@@ -5,6 +5,8 @@
                                [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
                                [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
+                               [--save FIT.npz]
+    blrgraph predict FIT.npz NEW.csv [--out DIR]
     blrgraph demo [--out demo-output] [--k 3] [--seed 2] [--method svi ...]
     blrgraph models
 
@@ -232,19 +234,14 @@ def full_elbo(fit):
 
 
 def _fit(model, method, seed, restarts, fit_options, out):
-    """Fit (the best of ``restarts`` seeds by ELBO, refitted so the nodes hold it; after
-    SVI the ELBO on all the data, not the noisy minibatch estimate)."""
-    seeds = [seed + i for i in range(max(1, restarts))]
-    if len(seeds) > 1:
-        scores = []
-        for s in seeds:
-            f = model.fit(method, seed=s, **fit_options)
-            score = full_elbo(f)
-            score = f.elbo if score is None else score
-            scores.append(score)
-            print(f"  restart seed {s}: ELBO {score:.6f}", file=out)
-        seed = seeds[int(np.argmax(scores))]
-    return model.fit(method, seed=seed, **fit_options), seed
+    """Fit with the engine's ``restarts`` (the best start by ELBO, on all the data after
+    SVI); prints every start's ELBO. Returns (fit, the seed of the start kept)."""
+    if restarts <= 1:
+        return model.fit(method, seed=seed, **fit_options), seed
+    fit = model.fit(method, seed=seed, restarts=restarts, **fit_options)
+    for s, e in zip(fit.restart_seeds, fit.restart_elbos):
+        print(f"  restart seed {s}: ELBO {e:.6f}", file=out)
+    return fit, fit.restart_seeds[fit.best_restart]
 
 
 def _print_table(df, out):
@@ -269,18 +266,13 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
                    **{k: v for k, v in (fit_overrides or {}).items()
                       if k in ("batch_size", "epochs")})
     _check_overrides(method, fit_overrides)        # before the (possibly long) build
+    if progress is None:
+        progress = stderr.isatty() if hasattr(stderr, "isatty") else False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = _call_model(module, "build", module.build, data, **options)
-        from blrgraph.model import Model
-        if not isinstance(model, Model):
-            raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
-                           f"blrgraph Model; end build with 'return bg.Model(...)'")
-        meta = getattr(model, "meta", {}) or {}
-        fit_options = _override(fit_options_for(meta, method), method, max_iter, tol,
-                                fit_overrides)
-        if progress is None:
-            progress = stderr.isatty() if hasattr(stderr, "isatty") else False
+        model = _build(module, data, options)
+        fit_options = _override(fit_options_for(getattr(model, "meta", {}) or {}, method),
+                                method, max_iter, tol, fit_overrides)
         if progress:
             fit_options["progress"] = True
         print(f"blrgraph: fitting {module.MODEL_NAME} to {data_label or data} "
@@ -291,39 +283,58 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
             summary = summary.reset_index()
     for w in caught:
         print(f"blrgraph: warning: {w.message}", file=stderr)
-
-    print(file=stdout)
-    _print_table(summary, stdout)
-    print(file=stdout)
-    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
-    elbo_all = None
-    if getattr(fit, "estimate", False):
-        state = getattr(fit.model, "svi_state", None) or {}
-        size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
-                if "batch_size" in state else "")
-        print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
-              f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
-        elbo_all = full_elbo(fit)
-        if elbo_all is not None:
-            print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
-        what = f"{what} estimate"
-    else:
-        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
-        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
-              file=stdout)
+    what, elbo_all = _report(fit, summary, stdout)
     if after_summary is not None:
         after_summary(fit, stdout)
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "summary.csv", out / "summary.json"]
-    summary.to_csv(written[0], index=False)
     record = {"model": module.MODEL_NAME, "data": str(data_label or data), "options": options,
               "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
               "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
               "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,
               "columns": list(summary.columns), "summary": summary.to_dict(orient="records")}
+    written = _write(module, fit, summary, record, what, Path(out_dir), plots, stderr)
+    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
+    return fit, summary
+
+
+def _build(module, data, options):
+    """The model file's ``build(data, **options)``, which must return a Model."""
+    model = _call_model(module, "build", module.build, data, **options)
+    from blrgraph.model import Model
+    if not isinstance(model, Model):
+        raise CLIError(f"{_where(module)}: build() returned {type(model).__name__}, not a "
+                       f"blrgraph Model; end build with 'return bg.Model(...)'")
+    return model
+
+
+def _report(fit, summary, stdout):
+    """Print the summary table and the objective; returns (its name, the ELBO on all the
+    data after SVI or None)."""
+    print(file=stdout)
+    _print_table(summary, stdout)
+    print(file=stdout)
+    what = "ELBO" if getattr(fit, "objective", "elbo") == "elbo" else "EM bound"
+    if not getattr(fit, "estimate", False):
+        status = "converged" if fit.converged else "NOT converged (raise --max-iter)"
+        print(f"{what}: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} iterations, {status})",
+              file=stdout)
+        return what, None
+    state = getattr(fit.model, "svi_state", None) or {}
+    size = (f" of {state['batch_size']} along {state.get('batch_over')!r}"
+            if "batch_size" in state else "")
+    print(f"{what} estimate: {fit.elbo:.6f}  ({fit.method}, {fit.n_iter} steps on minibatches"
+          f"{size}; the last minibatch's, scaled to all the data)", file=stdout)
+    elbo_all = full_elbo(fit)
+    if elbo_all is not None:
+        print(f"{what} on all the data: {elbo_all:.6f}  (the final posterior)", file=stdout)
+    return f"{what} estimate", elbo_all
+
+
+def _write(module, fit, summary, record, what, out, plots, stderr):
+    """summary.csv, summary.json, the ELBO plot and the model's own outputs; returns paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv", out / "summary.json"]
+    summary.to_csv(written[0], index=False)
     from blrgraph.io import jsonable
     written[1].write_text(json.dumps(jsonable(record), indent=2) + "\n")
     if plots:
@@ -346,8 +357,7 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
                                                 fit, out))
             except ImportError as e:
                 print(f"blrgraph: warning: some outputs skipped: {e}", file=stderr)
-    print("wrote " + ", ".join(str(p) for p in written), file=stdout)
-    return fit, summary
+    return written
 
 
 #: errors a zoo model raises on purpose, with a message for the user (they pass unchanged)
@@ -455,10 +465,65 @@ def cmd_fit(args, stdout, stderr):
         raise CLIError(f"data file '{args.data}' not found")
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
-    run(module, table, options, method=args.method, seed=args.seed, restarts=args.restarts,
-        max_iter=args.max_iter, tol=args.tol, fit_overrides=_fit_overrides(args),
-        out_dir=args.out, plots=not args.no_plots,
-        progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        _check_predictable(module)            # before the (possibly long) fit
+    fit, _ = run(module, table, options, method=args.method, seed=args.seed,
+                 restarts=args.restarts, max_iter=args.max_iter, tol=args.tol,
+                 fit_overrides=_fit_overrides(args), out_dir=args.out, plots=not args.no_plots,
+                 progress=args.progress, stdout=stdout, stderr=stderr, data_label=str(data))
+    if getattr(args, "save", None):
+        save_for_predict(module, fit, args.save, options, args.model, stdout)
+    return 0
+
+
+# ---- saved fits and predictions on new rows (docs/predict.md) -------------------------------
+def save_for_predict(module, fit, path, options, spec, stdout):
+    """``fit --save FIT.npz``: the global posteriors and the model's plain settings
+    (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
+    from blrgraph.saved import save_fit
+    _check_predictable(module)
+    zoo = zoo_models()
+    name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
+        str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
+    save_fit(fit, path, model=name, options=options, method=fit.method)
+    print(f"saved the fit for prediction: {path}  (blrgraph predict {path} NEW.csv)", file=stdout)
+
+
+def _check_predictable(module):
+    if not callable(getattr(module, "predict_table", None)):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data); "
+                       f"--save writes fits for 'blrgraph predict', which needs it")
+
+
+def cmd_predict(args, stdout, stderr):
+    from blrgraph import io
+    from blrgraph.saved import load_fit
+    if not Path(args.fit).is_file():
+        raise CLIError(f"fit file '{args.fit}' not found (write one with 'blrgraph fit MODEL "
+                       f"DATA.csv --save {args.fit}')")
+    saved = load_fit(args.fit)
+    module = load_model(saved.info["model"])
+    predict = getattr(module, "predict_table", None)
+    if not callable(predict):
+        raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data)")
+    data = Path(args.data)
+    if not data.is_file():
+        raise CLIError(f"data file '{args.data}' not found")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = predict(saved, io.read_table(data))
+    for w in caught:
+        print(f"blrgraph: warning: {w.message}", file=stderr)
+    print(f"blrgraph: predictions of {module.MODEL_NAME} (fit {args.fit}, method "
+          f"{saved.method!r}) for {len(table)} rows of {data}", file=stdout)
+    print(file=stdout)
+    _print_table(table.head(args.show), stdout)
+    if len(table) > args.show:
+        print(f"... ({len(table) - args.show} more rows in predictions.csv)", file=stdout)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "predictions.csv", index_label="row")
+    print(f"wrote {out / 'predictions.csv'}", file=stdout)
     return 0
 
 
@@ -555,8 +620,23 @@ def make_parser():
                    help="maximum number of sweeps (--method svi: of minibatch steps, instead of "
                         "--epochs)")
     f.add_argument("--tol", type=float, help="relative ELBO change that ends the run")
+    f.add_argument("--save", metavar="FIT.npz",
+                   help="also write the fitted global posteriors and the model's settings, for "
+                        "'blrgraph predict FIT.npz NEW.csv' (no training data needed)")
     common(f, "blrgraph-output")
     f.set_defaults(handler=cmd_fit)
+
+    pr = sub.add_parser("predict", help="predict new rows with a fit saved by 'fit --save'",
+                        description="Predictions for the rows of NEW.csv from a fit saved with "
+                                    "'blrgraph fit ... --save FIT.npz': cluster probabilities "
+                                    "(mixtures), predictive means and intervals (regressions), "
+                                    "topic mixtures (lda).")
+    pr.add_argument("fit", metavar="FIT.npz", help="file written by 'blrgraph fit ... --save'")
+    pr.add_argument("data", metavar="NEW.csv", help="CSV file with the model's columns")
+    pr.add_argument("--out", default="blrgraph-predictions",
+                    help="output directory for predictions.csv (blrgraph-predictions)")
+    pr.add_argument("--show", type=int, default=20, help="rows to print (20)")
+    pr.set_defaults(handler=cmd_predict)
 
     d = sub.add_parser("demo", help="fit the Gaussian mixture to the bundled iris measurements",
                        description="Fit a 3-component Gaussian mixture to the iris measurements "

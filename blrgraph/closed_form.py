@@ -184,14 +184,27 @@ def _data_2d(name, X, D):
     return arr
 
 
-def _mean_and_scatter(X):
-    """(N, xbar, S = sum_i (x_i - xbar)(x_i - xbar)^T); xbar = 0 if N = 0."""
+def _mean_and_scatter(X, ref=None):
+    """(N, d, S): d = xbar - ref and S = sum_i (x_i - xbar)(x_i - xbar)^T, both computed
+    about the first data point c (d = (c - ref) + mean(x_i - c)), so that data far from
+    zero relative to their spread keep their digits (x_i - c is exact for data within a
+    factor 2 of c); ``ref`` = None gives d = xbar. xbar = 0 if N = 0."""
     N, D = X.shape
+    if ref is None:
+        ref = np.zeros(D)
     if N == 0:
-        return 0, np.zeros(D), np.zeros((D, D))
-    xbar = X.mean(axis=0)
-    R = X - xbar
-    return N, xbar, R.T @ R
+        return 0, -ref, np.zeros((D, D))
+    c = X[0]
+    Y = X - c
+    ybar = Y.mean(axis=0)
+    R = Y - ybar
+    return N, (c - ref) + ybar, R.T @ R
+
+
+def _mean_and_ss(x, ref):
+    """1-d :func:`_mean_and_scatter`: (xbar - ref, sum (x_i - xbar)^2)."""
+    N, d, S = _mean_and_scatter(x.reshape(-1, 1), np.array([ref]))
+    return float(d[0]), float(S[0, 0])
 
 
 # --------------------------------------------------------------------------
@@ -366,12 +379,11 @@ def normal_known_precision(x, mean0, precision0, precision):
     p0 = _positive("precision0", precision0)
     p = _positive("precision", precision)
     N = x.size
-    xbar = float(x.mean()) if N else 0.0
-    ss = float(np.sum((x - xbar) ** 2))
+    d, ss = _mean_and_ss(x, m0) if N else (0.0, 0.0)    # d = xbar - m0
     p_n = p0 + N * p
-    m_n = (p0 * m0 + p * float(x.sum())) / p_n
+    m_n = m0 + N * p * d / p_n
     log_ev = (0.5 * N * (np.log(p) - _LOG_2PI) + 0.5 * np.log(p0 / p_n)
-              - 0.5 * p * ss - 0.5 * N * p * p0 * (xbar - m0) ** 2 / p_n)
+              - 0.5 * p * ss - 0.5 * N * p * p0 * d ** 2 / p_n)
     return _result("Normal", log_ev, mean=m_n, precision=p_n)
 
 
@@ -417,12 +429,11 @@ def normal_gamma(x, mean, beta, shape, rate):
     a0 = _positive("shape", shape)
     b0 = _positive("rate", rate)
     N = x.size
-    xbar = float(x.mean()) if N else 0.0
-    ss = float(np.sum((x - xbar) ** 2))
+    d, ss = _mean_and_ss(x, m0) if N else (0.0, 0.0)    # d = xbar - m0
     k_n = k0 + N
-    m_n = (k0 * m0 + N * xbar) / k_n
+    m_n = m0 + N * d / k_n
     a_n = a0 + 0.5 * N
-    b_n = b0 + 0.5 * ss + 0.5 * k0 * N * (xbar - m0) ** 2 / k_n
+    b_n = b0 + 0.5 * ss + 0.5 * k0 * N * d ** 2 / k_n
     log_ev = (gammaln(a_n) - gammaln(a0) + a0 * np.log(b0) - a_n * np.log(b_n)
               + 0.5 * np.log(k0 / k_n) - 0.5 * N * _LOG_2PI)
     return _result("NormalGamma", log_ev, mean=m_n, beta=k_n, shape=a_n, rate=b_n)
@@ -449,11 +460,10 @@ def mvn_known_precision(X, mean0, precision0, precision):
     L0, c0 = _spd("precision0", precision0, D)
     L, c = _spd("precision", precision, D)
     X = _data_2d("X", X, D)
-    N, xbar, S = _mean_and_scatter(X)
+    N, d, S = _mean_and_scatter(X, m0)        # d = xbar - m0
     L_n = L0 + N * L
     c_n = _cholesky(L_n, "posterior precision")
-    m_n = _chol_solve(c_n, L0 @ m0 + L @ X.sum(axis=0))
-    d = xbar - m0
+    m_n = m0 + _chol_solve(c_n, N * (L @ d))
     quad = float((L0 @ d) @ _chol_solve(c_n, N * (L @ d))) if N else 0.0
     log_ev = (-0.5 * N * D * _LOG_2PI + 0.5 * N * _logdet(c) + 0.5 * _logdet(c0)
               - 0.5 * _logdet(c_n) - 0.5 * float(np.sum(L * S)) - 0.5 * quad)
@@ -523,11 +533,10 @@ def normal_wishart(X, mean, beta, dof, scale):
     nu0 = _check_dof(dof, D)
     _, cW0 = _spd("scale", scale, D)
     X = _data_2d("X", X, D)
-    N, xbar, S = _mean_and_scatter(X)
+    N, d, S = _mean_and_scatter(X, m0)        # d = xbar - m0
     b_n = b0 + N
-    m_n = (b0 * m0 + N * xbar) / b_n
+    m_n = m0 + N * d / b_n
     nu_n = nu0 + N
-    d = xbar - m0
     Wninv = _chol_inv(cW0) + S + (b0 * N / b_n) * np.outer(d, d)
     cWninv = _cholesky(Wninv, "posterior inverse scale")
     log_ev = (_wishart_evidence(N, D, nu0, -_logdet(cW0), nu_n, _logdet(cWninv))

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .inference.jsonify import jsonable  # noqa: F401  (re-exported: io.jsonable)
+
 PANDAS_HINT = "pip install blrgraph[tables]"
 
 #: Extra cell values read as missing, on top of pandas' defaults
@@ -749,30 +751,57 @@ def write_predictions(model, out_dir, **columns):
     return path
 
 
+# ---- prediction on new rows (the zoo's predict_table) -----------------------------------------
+def new_rows(data, columns, model_name):
+    """New rows for prediction as a DataFrame with ``columns`` (a DataFrame, a CSV path or
+    a dict); a missing column is refused with a ValueError naming it."""
+    df = read_table(data) if not hasattr(data, "columns") else data
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{model_name}.predict: the new rows lack the column(s) {missing}; "
+                         f"they have {list(df.columns)}")
+    return df
+
+
+def level_codes(values, levels, column, model_name):
+    """Codes of new categorical ``values`` by the training ``levels`` (compared as text:
+    a CSV re-read gives 1 where training had "1"); -1 = missing. An unseen level is
+    refused with a ValueError naming the column."""
+    pd = require_pandas()
+    index = {str(lv): i for i, lv in enumerate(levels)}
+    out = np.full(len(values), -1, dtype=np.int64)
+    unknown = set()
+    for i, v in enumerate(values):
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            continue
+        key = str(v)
+        if key not in index and isinstance(v, float) and float(v).is_integer():
+            key = str(int(v))
+        if key not in index:
+            unknown.add(key)
+        else:
+            out[i] = index[key]
+    if unknown:
+        raise ValueError(f"{model_name}.predict: column {column!r} has levels {sorted(unknown)} not "
+                         f"seen in training (known: {[str(lv) for lv in levels]})")
+    return out
+
+
+def normalise_log(logp):
+    """Rows of log weights -> probabilities (log-sum-exp)."""
+    from scipy.special import logsumexp
+    return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
+
+
+def assignment_table(resp, label="component"):
+    """The most probable ``label`` and the probabilities p0..pK-1, one row per new row."""
+    pd = require_pandas()
+    df = pd.DataFrame(resp, columns=[f"p{k}" for k in range(resp.shape[1])])
+    df.insert(0, label, resp.argmax(axis=1))
+    return df
+
+
 # ---- zoo results -----------------------------------------------------------------------------
-def jsonable(x):
-    """A JSON-ready copy of ``x``: numpy scalars and arrays as Python numbers and lists,
-    NaN/inf and pandas NA as None, anything else unknown as its str."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    try:
-        if x != x:  # pandas NA/NaT
-            return None
-    except (TypeError, ValueError):
-        pass
-    return str(x)
-
-
 def fitted_model(fit, zoo):
     """The Model of ``fit`` (a FitResult or a Model) after checking that the zoo model
     ``zoo`` built it (``model.meta["zoo"]``); a TypeError says what to pass."""

@@ -31,26 +31,81 @@ def _save(fig, path):
     return path
 
 
-def plot_elbo(trace, path, title=None, objective="ELBO"):
-    """Line plot of the ELBO (one value per iteration) written to ``path`` (PNG)."""
+def smooth_trace(trace, window=None):
+    """Centred moving average of a noisy trace (window: about a twentieth of its length,
+    odd, at least 3); the ends average the values available."""
     trace = np.asarray(trace, dtype=float)
+    n = len(trace)
+    if window is None:
+        window = max(3, (n // 20) | 1)
+    window = int(min(window, n if n % 2 else n - 1))
+    if window < 2:
+        return trace.copy()
+    half = window // 2
+    c = np.concatenate([[0.0], np.cumsum(trace)])
+    lo = np.clip(np.arange(n) - half, 0, n)
+    hi = np.clip(np.arange(n) + half + 1, 0, n)
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+def plot_elbo(trace, path, title=None, objective="ELBO", smooth=None):
+    """Line plot of the ELBO (one value per iteration) written to ``path`` (PNG).
+
+    ``smooth``: draw the trace faint with its moving average (:func:`smooth_trace`) on
+    top; default True when ``objective`` is an estimate (SVI's minibatch ELBO), whose
+    raw trace is mostly noise. The y-axis then spans the smoothed curve (after its
+    first tenth), so the noise does not flatten the trend."""
+    trace = np.asarray(trace, dtype=float)
+    if smooth is None:
+        smooth = "estimate" in str(objective) and len(trace) >= 10
     fig = _figure(6, 4)
     ax = fig.add_subplot(1, 1, 1)
     it = np.arange(1, len(trace) + 1)
-    ax.plot(it, trace, marker="o" if len(trace) < 30 else None, markersize=3)
+    if smooth:
+        sm = smooth_trace(trace)
+        ax.plot(it, trace, color="C0", alpha=0.25, linewidth=0.8, label="per minibatch")
+        ax.plot(it, sm, color="C1", linewidth=1.8, label="moving average")
+        tail = sm[len(sm) // 10:]
+        pad = 0.5 * (tail.max() - tail.min()) + 1e-12
+        lo_raw = np.quantile(trace[len(trace) // 10:], 0.05)
+        ax.set_ylim(min(tail.min() - pad, lo_raw), tail.max() + pad)
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.plot(it, trace, marker="o" if len(trace) < 30 else None, markersize=3)
+    ax.ticklabel_format(axis="y", useOffset=False)
     ax.set_xlabel("iteration")
     ax.set_ylabel(objective)
-    ax.set_title(title or f"{objective}: {trace[-1]:.6g} after {len(trace)} iteration(s)")
+    ax.set_title(_wrap(title or f"{objective}: {trace[-1]:.6g} after {len(trace)} iteration(s)", 60),
+                 fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs=6):
+def _wrap(text, width):
+    import textwrap
+    return "\n".join(textwrap.wrap(str(text), width)) if text else text
+
+
+def _ellipse(ax, mean, cov, color, n_sd=(1.0, 2.0)):
+    """Ellipses of a 2x2 covariance at ``n_sd`` standard deviations around ``mean``."""
+    from matplotlib.patches import Ellipse
+    w, V = np.linalg.eigh(cov)
+    w = np.clip(w, 0.0, None)
+    angle = np.degrees(np.arctan2(V[1, 1], V[0, 1]))
+    for k, s in enumerate(n_sd):
+        ax.add_patch(Ellipse(mean, 2 * s * np.sqrt(w[1]), 2 * s * np.sqrt(w[0]), angle=angle,
+                             fill=False, edgecolor=color, linewidth=1.4 if k == 0 else 0.9,
+                             linestyle="-" if k == 0 else "--", zorder=2))
+
+
+def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs=6,
+                  covariances=None):
     """Scatter of the rows of ``X`` (N, D; NaN = missing) coloured by their most
     probable cluster (``resp``: (N, K) probabilities; faint = uncertain), with the
-    cluster means (K, D) marked. D = 1: a strip plot; D <= 4: every pair of columns
-    (at most ``max_pairs`` panels); larger D: the first two principal components."""
+    cluster means (K, D) marked and, given ``covariances`` (K, D, D), each cluster's
+    1- and 2-sd ellipse in every panel. D = 1: a strip plot; D <= 4: every pair of
+    columns (at most ``max_pairs`` panels); larger D: the first two principal components."""
     X = np.asarray(X, dtype=float)
     resp = np.asarray(resp, dtype=float)
     N, D = X.shape
@@ -72,6 +127,8 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
         _, _, vt = np.linalg.svd(filled - mu, full_matrices=False)
         X = (filled - mu) @ vt[:2].T
         means = None if means is None else (means - mu) @ vt[:2].T
+        if covariances is not None:
+            covariances = vt[:2] @ np.asarray(covariances, dtype=float) @ vt[:2].T
         columns = ["principal component 1", "principal component 2"]
         pairs = [(0, 1)]
     ncol = min(3, len(pairs))
@@ -93,12 +150,45 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
         if means is not None:
             ax.scatter(means[:, i], means[:, j], marker="X", s=120, c=colors, edgecolors="black",
                        linewidths=1.0, zorder=3)
+            if covariances is not None and D > 1:
+                C = np.asarray(covariances, dtype=float)
+                for k in range(K):
+                    if np.all(np.isfinite(C[k][np.ix_([i, j], [i, j])])):
+                        _ellipse(ax, means[k, [i, j]], C[k][np.ix_([i, j], [i, j])], colors[k])
         ax.set_xlabel(columns[i])
         ax.set_ylabel(columns[j])
         ax.grid(alpha=0.3)
         if p == 0:
             ax.legend(fontsize=7, loc="best")
+    note = "X = cluster mean, ring = probability < 0.8" + (
+        ", ellipses = 1 and 2 sd" if covariances is not None and D > 1 else "")
+    width = int(4.2 * ncol * 72 / (10 * 0.6))          # characters of 10 pt text across the figure
+    text = "\n".join(_wrap(t, width) for t in ((title, note) if title else (note,)))
+    fig.suptitle(text, fontsize=10)
+    fig.tight_layout()                                   # (it makes room for the suptitle)
+    return _save(fig, path)
+
+
+def plot_predictive_band(x, mean, lower, upper, path, y=None, x_label="x", y_label="y",
+                         title=None, level=0.95):
+    """The posterior predictive of a regression: its mean (line) and central ``level``
+    interval (band) against ``x``, with the observed ``y`` as points (NaN: none)."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="stable")
+    fig = _figure(6.5, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.fill_between(x[order], np.asarray(lower)[order], np.asarray(upper)[order], color="C0",
+                    alpha=0.25, linewidth=0, label=f"{100 * level:g}% predictive interval")
+    ax.plot(x[order], np.asarray(mean)[order], color="C0", linewidth=1.6, label="predictive mean")
+    if y is not None:
+        y = np.asarray(y, dtype=float)
+        ok = np.isfinite(y)
+        ax.scatter(x[ok], y[ok], s=10, color="black", alpha=0.6, label="observed", zorder=3)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
     if title:
-        fig.suptitle(title + "  (X = cluster mean, ring = probability < 0.8)", fontsize=10)
+        ax.set_title(_wrap(title, 70), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return _save(fig, path)

@@ -30,6 +30,8 @@ posterior predictive of their observed cells (:func:`predict_proba`).
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
     gmm.summarize(fit)                 # one row per (component, column)
     gmm.predict_proba(fit, new_rows)   # (M, K) cluster probabilities
+    gmm.predict(fit, new_rows)         # table: cluster, p0..pK-1, imputed missing cells
+    gmm.impute(fit, new_rows)          # predictive mean and sd of every cell
 
 Many rows (or rows in a memory-mapped file): stochastic VI on minibatches of
 rows, the same model and results (docs/models/gmm.md, "SVI")::
@@ -173,7 +175,70 @@ def predict_proba(fit, X_new):
     return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 
 
+def _predictive(model, n_rows):
+    """The posterior predictive of a new row (engine objects, graph/predictive.py): the
+    mixture of the components' Student-t predictives weighted by E[w_k]."""
+    from blrgraph.graph.predictive import MixturePredictive, MultivariateT, student_t
+    comp = components(model)
+    K = len(comp["weight"])
+    w = np.broadcast_to(comp["weight"], (n_rows, K))
+    loc, shape, df = comp["predictive"]
+    if model.meta["covariance"] == "full":
+        return MixturePredictive(w, MultivariateT(df, loc, shape, (K,)), (n_rows,))
+    D = loc.shape[1]
+    ts = student_t(df.T, loc.T, shape.T, (D, K))            # cells (D, K)
+    return MixturePredictive(np.broadcast_to(w[:, None, :], (n_rows, D, K)), ts, (n_rows, D))
+
+
+def impute(fit, X_new):
+    """Predictive mean and sd of every cell of new rows given each row's observed cells
+    (NaN = missing; observed cells keep their value with sd 0). Full covariance: the
+    mixture of the multivariate-t conditionals; diagonal: the mixture of the cells'
+    Student-t predictives weighted by p(z | observed cells) (docs/predict.md)."""
+    model = io.fitted_model(fit, NAME)
+    X = _as_matrix(X_new, model.meta["columns"])
+    r = predict_proba(model, X)
+    pred = _predictive(model, len(X))
+    if model.meta["covariance"] == "full":
+        cond = pred.condition(X)
+        obs = np.isfinite(X)
+        mean, var = np.where(obs, X, cond.mean), np.where(obs, 0.0, cond.var)
+    else:
+        from blrgraph.graph.predictive import MixturePredictive
+        cond = MixturePredictive(np.broadcast_to(r[:, None, :], pred.weights.shape), pred.components,
+                                 pred.plates)
+        obs = np.isfinite(X)
+        mean = np.where(obs, X, cond.mean)
+        var = np.where(obs, 0.0, cond.var)
+    return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def predict_table(fit, data):
+    """One row per new row: the most probable ``cluster``, the probabilities ``p0..pK-1``
+    and, for columns with missing cells, the imputed value ``<col>_imputed`` (predictive
+    mean) and its sd ``<col>_sd``."""
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    X = _as_matrix(data, model.meta["columns"])
+    r = predict_proba(model, X)
+    out = pd.DataFrame(r, columns=[f"p{k}" for k in range(r.shape[1])])
+    out.insert(0, "cluster", r.argmax(axis=1))
+    missing = ~np.isfinite(X)
+    if missing.any():
+        mean, sd = impute(model, X)
+        for j, c in enumerate(model.meta["columns"]):
+            if missing[:, j].any():
+                out[f"{c}_imputed"] = mean[:, j]
+                out[f"{c}_sd"] = sd[:, j]
+    return out
+
+
+predict = predict_table
+
+
 def _as_matrix(X_new, columns):
+    if isinstance(X_new, (str, bytes)) or hasattr(X_new, "__fspath__"):
+        X_new = io.read_table(X_new)
     if hasattr(X_new, "columns"):
         missing = [c for c in columns if c not in X_new.columns]
         if missing:
@@ -198,6 +263,17 @@ def assignments(fit):
             r = r.copy()
             r[partial] = predict_proba(model, np.where(meta["mask"], meta["X"], np.nan)[partial])
     return r
+
+
+def component_covariances(fit):
+    """(K, D, D) posterior mean covariance of each component: E[Lambda_k]^-1 = W^-1 / nu
+    (full) or diag(b / a) (diagonal), for the ellipses of the cluster plot."""
+    model = io.fitted_model(fit, NAME)
+    p = model["theta"].posterior.params
+    if model.meta["covariance"] == "full":
+        return np.linalg.inv(p["scale"]) / p["dof"][:, None, None]
+    v = (p["rate"] / p["shape"]).T                              # (K, D)
+    return v[:, :, None] * np.eye(v.shape[1])
 
 
 def summarize(fit):
@@ -228,5 +304,6 @@ def write_outputs(fit, out_dir):
     X = np.where(meta["mask"], meta["X"], np.nan)
     out.append(plotting.plot_clusters(X, r, Path(out_dir) / "clusters.png", columns=meta["columns"],
                                       means=components(model)["mean"],
+                                      covariances=component_covariances(model),
                                       title=f"Gaussian mixture, K = {meta['k']} ({meta['covariance']})"))
     return out

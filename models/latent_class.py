@@ -50,6 +50,7 @@ def build(data, k=2, columns=None, alpha=1.0, beta=1.0):
 
     model = bg.Model(*xs)
     model.meta = {"zoo": NAME, "table": table, "columns": table.names, "k": k,
+                  "levels": {c: [io.jsonable(v) for v in table.levels(c)] for c in table.names},
                   "fit_options": {"max_iter": 1000, "tol": 1e-8}}
     return model
 
@@ -57,6 +58,25 @@ def build(data, k=2, columns=None, alpha=1.0, beta=1.0):
 def class_membership(fit):
     """(N, K) posterior class probabilities of the rows."""
     return io.responsibilities(io.fitted_model(fit, NAME))
+
+
+def predict_table(fit, data):
+    """Class probabilities of new rows (a DataFrame or CSV with the columns; missing cells
+    are left out): p(c = k | row) proportional to E[w_k] prod_j E[phi_jk][x_j], the exact
+    posterior predictive under q (docs/predict.md). One row per new row: the most
+    probable ``class`` and ``p0..pK-1``."""
+    model = io.fitted_model(fit, NAME)
+    cols = model.meta["columns"]
+    df = io.new_rows(data, cols, NAME)
+    logp = np.log(io.mixture_weights(model))[None, :] * np.ones((len(df), 1))
+    for c in cols:
+        codes = io.level_codes(df[c].tolist(), model.meta["levels"][c], c, NAME)
+        phi = model[f"phi[{c}]"].posterior.mean                    # (K, L)
+        logp += np.where(codes[:, None] >= 0, np.log(phi[:, np.maximum(codes, 0)].T), 0.0)
+    return io.assignment_table(io.normalise_log(logp), label="class")
+
+
+predict = predict_table
 
 
 def profiles(fit):

@@ -110,6 +110,9 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
 
     model = bg.Model(y)
     model.meta = {"zoo": NAME, "vocabulary": list(vocabulary), "k": k, "n_docs": D,
+                  "alpha": alpha, "columns": io.parse_columns(columns),
+                  "stop_words": None if stop_words is None else sorted(
+                      STOP_WORDS if stop_words == "english" else stop_words),
                   # batch VB as scikit-learn schedules it: each sweep fits the documents'
                   # theta and z to the topics from a fresh start, then updates the topics;
                   # nearly uniform starting topics (measured in docs/benchmarks.md, LDA)
@@ -160,6 +163,59 @@ def doc_topics(fit):
     model = io.fitted_model(fit, NAME)
     theta = np.asarray(model["theta"].posterior.mean)
     return pd.DataFrame(theta, columns=[f"topic{k}" for k in range(theta.shape[1])])
+
+
+def transform(fit, data, max_iter=200, tol=1e-3):
+    """Topic mixtures of new documents (texts, a DataFrame/CSV with the text column, or a
+    document-term matrix over the training vocabulary; unknown words are ignored) with
+    the topics fixed at the fit: the variational E-step of each document (q(theta_d) and
+    its words' q(z), alternated until the mean change of theta's concentrations is below
+    ``tol``, as scikit-learn's transform). Returns (M, K): E[theta_d] normalised."""
+    from scipy.special import digamma
+    model = io.fitted_model(fit, NAME)
+    lam, meta = model["phi"].posterior.params["alpha"], model.meta
+    vocab = meta["vocabulary"]
+    if sp.issparse(data) or (isinstance(data, np.ndarray) and data.ndim == 2 and data.dtype.kind in "iuf"):
+        counts = sp.csr_matrix(data, dtype=float)
+        if counts.shape[1] != len(vocab):
+            raise ValueError(f"lda.transform: the matrix has {counts.shape[1]} columns but the "
+                             f"vocabulary {len(vocab)} words")
+    else:
+        cols = meta.get("columns")
+        texts = io.read_texts(data, None if not cols else cols[0])
+        stop = meta.get("stop_words")
+        counts, _ = document_term_matrix(texts, vocab, frozenset(stop) if stop else None)
+    coo = sp.coo_matrix(counts)
+    M, K = counts.shape[0], lam.shape[0]
+    elog_phi = digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))       # (K, V)
+    ll = elog_phi[:, coo.col].T                                              # (nnz, K)
+    alpha = float(meta["alpha"])
+    g = np.full((M, K), alpha + np.asarray(counts.sum(axis=1)).ravel()[:, None] / K)
+    for _ in range(max_iter):
+        elog_theta = digamma(g) - digamma(g.sum(axis=1, keepdims=True))
+        lr = elog_theta[coo.row] + ll
+        r = np.exp(lr - lr.max(axis=1, keepdims=True))
+        r /= r.sum(axis=1, keepdims=True)
+        new = alpha + np.stack([np.bincount(coo.row, coo.data * r[:, k], minlength=M)
+                                for k in range(K)], axis=1)
+        done = np.mean(np.abs(new - g)) < tol
+        g = new
+        if done:
+            break
+    return g / g.sum(axis=1, keepdims=True)
+
+
+def predict_table(fit, data):
+    """One row per new document: its most probable ``topic`` and the topic mixture
+    ``topic0..topicK-1`` (:func:`transform`)."""
+    pd = io.require_pandas()
+    theta = transform(fit, data)
+    df = pd.DataFrame(theta, columns=[f"topic{k}" for k in range(theta.shape[1])])
+    df.insert(0, "topic", theta.argmax(axis=1))
+    return df
+
+
+predict = predict_table
 
 
 def topic_words(fit, n_words=10):

@@ -24,6 +24,7 @@ a prediction); rows with a missing predictor are masked with a warning, since
     fit = model.fit("vmp", **model.meta["fit_options"])
     linreg.summarize(fit)                      # one row per weight, plus the noise
     mean, var = linreg.predict(fit, new_rows)  # posterior predictive
+    linreg.predict_table(fit, new_rows)        # mean, sd and 95% predictive interval per row
 """
 from __future__ import annotations
 
@@ -71,6 +72,44 @@ def predict(fit, X_new):
     return mean, var + _noise_variance(model)
 
 
+def predictive_interval(fit, X_new, level=0.95, n_tau=256):
+    """Central ``level`` interval of y for new rows under q(w) q(tau): y = x.w + e is a
+    normal scale mixture, F(y) = E_tau[Phi((y - x.m) / sqrt(x S x + 1/tau))], averaged over
+    ``n_tau`` quantiles of q(tau) (midpoints in probability) and inverted by bisection."""
+    model = io.fitted_model(fit, NAME)
+    m, v = io.linear_predictor(model, X_new)
+    p = model["tau"].posterior.params
+    tau = stats.gamma.ppf((np.arange(n_tau) + 0.5) / n_tau, p["shape"], scale=1.0 / p["rate"])
+    sd = np.sqrt(v[:, None] + 1.0 / tau[None, :])                  # (M, n_tau)
+
+    def cdf(y):
+        return stats.norm.cdf((y[:, None] - m[:, None]) / sd).mean(axis=1)
+
+    out = []
+    for q in (0.5 - level / 2, 0.5 + level / 2):
+        lo = m - 40.0 * sd.max(axis=1)
+        hi = m + 40.0 * sd.max(axis=1)
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            below = cdf(mid) < q
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        out.append(0.5 * (lo + hi))
+    return tuple(out)
+
+
+def predict_table(fit, data, level=0.95):
+    """One row per new row (a DataFrame or CSV with the predictor columns): the predictive
+    ``mean`` and ``sd`` of y and its central ``level`` interval (``q2.5``, ``q97.5``)."""
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    if isinstance(data, str) or hasattr(data, "__fspath__"):
+        data = io.read_table(data)
+    mean, var = predict(model, data)
+    lo, hi = predictive_interval(model, data, level)
+    lo_name, hi_name = io.interval_names(level)
+    return pd.DataFrame({"mean": mean, "sd": np.sqrt(var), lo_name: lo, hi_name: hi})
+
+
 def summarize(fit, level=0.95):
     """One row per weight: posterior mean, sd, central ``level`` interval and the
     prior precision E[alpha]; a last row for the noise precision tau."""
@@ -90,7 +129,26 @@ def summarize(fit, level=0.95):
 
 def write_outputs(fit, out_dir):
     """predictions.csv: the target, the posterior predictive mean and sd per row
-    (rows with a missing target get a prediction too)."""
+    (rows with a missing target get a prediction too); predictive.png: the predictive
+    mean and 95% band against the single numeric predictor (or against the predicted
+    mean when there are several), with the observed targets."""
+    from pathlib import Path
     model = io.fitted_model(fit, NAME)
     mean, var = io.training_predictions(model, predict)
-    return [io.write_predictions(model, out_dir, predicted_mean=mean, predicted_sd=np.sqrt(var))]
+    out = [io.write_predictions(model, out_dir, predicted_mean=mean, predicted_sd=np.sqrt(var))]
+    from blrgraph import plotting
+    recipe = model.meta["design"]
+    X = model.meta["X"]
+    ok = np.all(np.isfinite(X), axis=1)
+    inputs = X[ok][:, int(recipe["intercept"]):]
+    lo, hi = io.training_predictions(model, lambda m, r: predictive_interval(m, r))
+    target = model.meta["target"]
+    if inputs.shape[1] == 1:
+        x, xlabel = inputs[:, 0], model.meta["terms"][-1]
+    else:
+        x, xlabel = mean[ok], f"predictive mean of {target}"
+    out.append(plotting.plot_predictive_band(x, mean[ok], lo[ok], hi[ok], Path(out_dir) / "predictive.png",
+                                             y=model.meta["y"][ok], x_label=xlabel, y_label=target,
+                                             title=f"linear regression of {target}: posterior "
+                                                   f"predictive, 95% interval"))
+    return out

@@ -90,6 +90,27 @@ def predict_proba(fit, X_new):
 predict = predict_proba
 
 
+def predict_table(fit, data, level=0.95):
+    """One row per new row (a DataFrame or CSV with the predictor columns): P(y = 1)
+    (``probability``, E_q[sigmoid(x.w)]), the central ``level`` credible interval of
+    sigmoid(x.w) (``p_q2.5``, ``p_q97.5``) and the more probable class (``predicted``)."""
+    from scipy import stats
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    if isinstance(data, str) or hasattr(data, "__fspath__"):
+        data = io.read_table(data)
+    m, v = linear_predictor(model, data)
+    p = predict_proba(model, data)
+    zq = stats.norm.ppf(0.5 + level / 2)
+    lo_name, hi_name = io.interval_names(level)
+    levels = model.meta["design"].get("target_levels")
+    predicted = (p > 0.5).astype(int)
+    out = pd.DataFrame({"probability": p, f"p_{lo_name}": expit(m - zq * np.sqrt(v)),
+                        f"p_{hi_name}": expit(m + zq * np.sqrt(v))})
+    out["predicted"] = [levels[i] for i in predicted] if levels else predicted
+    return out
+
+
 def summarize(fit, level=0.95):
     """One row per weight: posterior mean, sd, central ``level`` interval, the odds
     ratio exp(mean) (the posterior median of exp(w_j)) and the prior sd (with a Gamma

@@ -70,7 +70,9 @@ def build(data, k=3, columns=None, categorical=None, alpha=1.0, beta=1.0, beta0=
                      .observe(np.where(observed, codes, 0), mask=observed))
 
     model = bg.Model(*nodes)
-    model.meta = {"zoo": NAME, "table": table, "k": k,
+    model.meta = {"zoo": NAME, "table": table, "k": k, "numeric": list(num),
+                  "categorical": list(table.categorical),
+                  "levels": {c: [io.jsonable(v) for v in table.levels(c)] for c in table.categorical},
                   "fit_options": {"max_iter": 1000, "tol": 1e-8}}
     return model
 
@@ -78,6 +80,35 @@ def build(data, k=3, columns=None, categorical=None, alpha=1.0, beta=1.0, beta0=
 def assignments(fit):
     """(N, K) posterior component probabilities of the rows."""
     return io.responsibilities(io.fitted_model(fit, NAME))
+
+
+def predict_table(fit, data):
+    """Component probabilities of new rows (a DataFrame or CSV with the model's columns;
+    missing cells are left out): E[w_k] times the Student-t predictive of each numeric
+    cell and E[phi_jk][level] of each categorical cell under component k (the exact
+    posterior predictive under q; docs/predict.md). One row per new row: the most
+    probable ``component`` and ``p0..pK-1``."""
+    from scipy import stats
+    model = io.fitted_model(fit, NAME)
+    meta = model.meta
+    df = io.new_rows(data, meta["numeric"] + meta["categorical"], NAME)
+    logp = np.log(io.mixture_weights(model))[None, :] * np.ones((len(df), 1))
+    if meta["numeric"]:
+        X = df[meta["numeric"]].to_numpy(dtype=float, na_value=np.nan)
+        p = model["theta"].posterior.params                      # plates (Dn, K)
+        m, kappa, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
+        scale = np.sqrt(b * (kappa + 1.0) / (a * kappa))
+        obs = np.isfinite(X)
+        ll = stats.t.logpdf(np.where(obs, X, 0.0)[:, :, None], 2.0 * a, m, scale)
+        logp += np.where(obs[:, :, None], ll, 0.0).sum(axis=1)
+    for c in meta["categorical"]:
+        codes = io.level_codes(df[c].tolist(), meta["levels"][c], c, NAME)
+        phi = model[f"phi[{c}]"].posterior.mean
+        logp += np.where(codes[:, None] >= 0, np.log(phi[:, np.maximum(codes, 0)].T), 0.0)
+    return io.assignment_table(io.normalise_log(logp))
+
+
+predict = predict_table
 
 
 def _t_sd(scale2, a):
@@ -115,6 +146,13 @@ def summarize(fit):
     return pd.DataFrame(rows)
 
 
+def _covariances(model):
+    """(K, Dn, Dn) diagonal posterior mean covariances diag(b / a) of the numeric columns."""
+    p = model["theta"].posterior.params
+    v = (p["rate"] / p["shape"]).T
+    return v[:, :, None] * np.eye(v.shape[1])
+
+
 def write_outputs(fit, out_dir):
     """assignments.csv: the most probable component and the probabilities per row;
     clusters.png: the numeric columns coloured by component (when there are any)."""
@@ -129,5 +167,6 @@ def write_outputs(fit, out_dir):
         out.append(plotting.plot_clusters(table.numeric_array(), r, Path(out_dir) / "clusters.png",
                                           columns=table.numeric,
                                           means=model["theta"].posterior.params["mean"].T,
+                                          covariances=_covariances(model),
                                           title=f"mixed mixture, K = {model.meta['k']}"))
     return out

@@ -54,6 +54,27 @@ def assignments(fit):
     return io.responsibilities(io.fitted_model(fit, NAME))
 
 
+def predict_table(fit, data):
+    """Component probabilities of new rows (a DataFrame or CSV with the count columns;
+    missing cells are left out): E[w_k] times the product over cells of the negative
+    binomial predictive of component k (Poisson with a Gamma rate; docs/predict.md).
+    One row per new row: the most probable ``component`` and ``p0..pK-1``."""
+    from scipy import stats
+    model = io.fitted_model(fit, NAME)
+    cols = model.meta["columns"]
+    df = io.new_rows(data, cols, NAME)
+    X = df[cols].to_numpy(dtype=float, na_value=np.nan)
+    p = model["rate"].posterior.params                            # plates (D, K)
+    a, b = p["shape"], p["rate"]
+    obs = np.isfinite(X)
+    ll = stats.nbinom.logpmf(np.where(obs, X, 0.0)[:, :, None], a[None], (b / (b + 1.0))[None])
+    logp = np.log(io.mixture_weights(model))[None, :] + np.where(obs[:, :, None], ll, 0.0).sum(axis=1)
+    return io.assignment_table(io.normalise_log(logp))
+
+
+predict = predict_table
+
+
 def summarize(fit):
     """One row per (component, column): weight E[w_k], n (expected rows), the
     posterior mean of the rate and its posterior sd."""

@@ -85,6 +85,22 @@ def predict_rate(fit, X_new):
 predict = predict_rate
 
 
+def predict_table(fit, data, level=0.95):
+    """One row per new row (a DataFrame or CSV with the predictor columns): the expected
+    count ``mean`` = E_q[exp(x.w)] and the central ``level`` credible interval of the
+    rate exp(x.w) (``rate_q2.5``, ``rate_q97.5``)."""
+    from scipy import stats
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    if isinstance(data, str) or hasattr(data, "__fspath__"):
+        data = io.read_table(data)
+    m, v = linear_predictor(model, data)
+    zq = stats.norm.ppf(0.5 + level / 2)
+    lo_name, hi_name = io.interval_names(level)
+    return pd.DataFrame({"mean": np.exp(m + 0.5 * v), f"rate_{lo_name}": np.exp(m - zq * np.sqrt(v)),
+                         f"rate_{hi_name}": np.exp(m + zq * np.sqrt(v))})
+
+
 def summarize(fit, level=0.95):
     """One row per weight: posterior mean, sd, central ``level`` interval, the rate
     ratio exp(mean) (the posterior median of exp(w_j)) and the prior sd (with a Gamma

@@ -47,6 +47,43 @@ class ExponentialFamily:
     dense_stats = True
     #: the value is a category label (one-hot T); its first statistic is not the value
     is_label = False
+    #: location shift c of a Gaussian family (docs/dev/numerics.md): None, or an array
+    #: broadcasting against plates + the location's event shape. With c set, the family is
+    #: that of the *centred* variable: T, lam, A, mu, entropy and KL are those of x - c,
+    #: while the public values (natural_from_params / params_from_natural, mean, mode,
+    #: point_value, sample, logpdf, to_scipy) are in the data's coordinates.
+    shift = None
+    #: True for the families that take a location shift (Normal, MultivariateNormal,
+    #: NormalGamma, NormalWishart)
+    locational = False
+
+    # ---- location shift (identity for families without one) -----------------
+    def with_shift(self, shift):
+        """A copy of this family with location shift ``shift`` (None: no shift)."""
+        import copy
+        f = copy.copy(self)
+        f.shift = None if shift is None else np.asarray(shift, dtype=float)
+        return f
+
+    def centre(self, x):
+        """A value in the data's coordinates -> the centred value T is taken of."""
+        return x
+
+    def _minus_c(self, x):
+        """x - c (the location component of a value; x itself without a shift)."""
+        if self.shift is None:
+            return x
+        return np.asarray(x, dtype=float) - self.shift
+
+    def _plus_c(self, y):
+        """y + c: a centred location back in the data's coordinates."""
+        if self.shift is None:
+            return y
+        return np.asarray(y, dtype=float) + self.shift
+
+    def centred_point_value(self, nat):
+        """The mode in centred coordinates (what the engine feeds to T)."""
+        return self.point_value(nat)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, *params, where=None):
@@ -97,6 +134,7 @@ class ExponentialFamily:
 
     def logpdf(self, x, nat):
         """log q(x) = log h(x) + <lam, T(x)> - A(lam)."""
+        x = self.centre(x)
         return self.log_base_measure(x) + inner(nat, self.suff_stats(x), self.event_ndims) \
             - self.log_partition(nat)
 
@@ -128,7 +166,7 @@ class ExponentialFamily:
 
     def point_stats(self, nat):
         """T at the mode: the moments a point mass (EM) publishes."""
-        return self.suff_stats(self.point_value(nat))
+        return self.suff_stats(self.centred_point_value(nat))
 
     def to_scipy(self, nat):
         """Frozen scipy.stats distribution; with plates, an object array of them."""

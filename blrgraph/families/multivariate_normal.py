@@ -32,6 +32,7 @@ class MultivariateNormal(ExponentialFamily):
     """
 
     name = "MultivariateNormal"
+    locational = True
     param_names = ("mean", "precision")
     event_ndims = (1, 2)
     value_ndim = 1
@@ -55,7 +56,7 @@ class MultivariateNormal(ExponentialFamily):
         return mean, precision
 
     def natural_from_params(self, mean, precision):
-        mean = np.asarray(mean, dtype=float)
+        mean = np.asarray(self._minus_c(mean), dtype=float)
         precision = np.asarray(precision, dtype=float)
         d = precision.shape[-1]
         plates = np.broadcast_shapes(mean.shape[:-1], precision.shape[:-2])
@@ -74,9 +75,12 @@ class MultivariateNormal(ExponentialFamily):
 
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
-        return {"mean": m, "precision": prec}
+        return {"mean": np.array(self._plus_c(m)), "precision": prec}
 
-    # ---- exponential-family functions ---------------------------------------
+    def centre(self, x):
+        return self._minus_c(x)
+
+    # ---- exponential-family functions (of the centred variable) ---------------
     def suff_stats(self, x):
         x = np.asarray(x, dtype=float)
         return x, _outer(x)
@@ -110,10 +114,10 @@ class MultivariateNormal(ExponentialFamily):
         rng = _rng(rng)
         m, _, _, _, ci = self._unpack(nat)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
-        return m + np.einsum("...ji,...j->...i", ci, z)
+        return self._plus_c(m + np.einsum("...ji,...j->...i", ci, z))
 
     def mean(self, nat):
-        return self._unpack(nat)[0]
+        return np.array(self._plus_c(self._unpack(nat)[0]))
 
     def cov(self, nat):
         """Covariance matrix Sigma = L^{-1}, shape plates + (D, D)."""
@@ -124,6 +128,9 @@ class MultivariateNormal(ExponentialFamily):
         return np.diagonal(self._unpack(nat)[2], axis1=-2, axis2=-1).copy()
 
     def mode(self, nat):
+        return self.mean(nat)
+
+    def centred_point_value(self, nat):
         return self._unpack(nat)[0]
 
     def precision_is_pd(self, nat):
@@ -137,6 +144,7 @@ class MultivariateNormal(ExponentialFamily):
     def to_scipy(self, nat):
         from scipy import stats
         m, _, cov, _, _ = self._unpack(nat)
+        m = np.broadcast_to(self._plus_c(m), m.shape)
         plates = m.shape[:-1]
         if plates == ():
             return stats.multivariate_normal(mean=m, cov=cov)

@@ -28,6 +28,7 @@ class Normal(ExponentialFamily):
     """Normal(mean, precision); precision s = 1/variance > 0."""
 
     name = "Normal"
+    locational = True
     param_names = ("mean", "precision")
     event_ndims = (0, 0)
     value_ndim = 0
@@ -39,12 +40,12 @@ class Normal(ExponentialFamily):
         return m, s
 
     def natural_from_params(self, mean, precision):
-        m, s = broadcast_copies(mean, precision)
+        m, s = broadcast_copies(self._minus_c(mean), precision)
         return (m * s, -0.5 * s)
 
     def params_from_natural(self, nat):
         m, s = self._ms(nat)
-        m, s = broadcast_copies(m, s)
+        m, s = broadcast_copies(self._plus_c(m), s)
         return {"mean": m, "precision": s}
 
     def _ms(self, nat):
@@ -52,7 +53,10 @@ class Normal(ExponentialFamily):
         s = -2.0 * l2
         return l1 / s, s
 
-    # ---- exponential-family functions -------------------------------------
+    def centre(self, x):
+        return self._minus_c(x)
+
+    # ---- exponential-family functions (of the centred variable) -----------
     def suff_stats(self, x):
         x = np.asarray(x, dtype=float)
         return (x, x * x)
@@ -78,17 +82,20 @@ class Normal(ExponentialFamily):
 
     def logpdf(self, x, nat):
         m, s = self._ms(nat)
-        d = np.asarray(x, dtype=float) - m
+        d = self.centre(np.asarray(x, dtype=float)) - m
         return 0.5 * (np.log(s) - _LOG_2PI) - 0.5 * s * d * d
 
     def sample(self, nat, rng=None, size=None):
         m, s = self._ms(nat)
         shape = draw_shape(size, np.broadcast_shapes(m.shape, s.shape))
-        return m + get_rng(rng).standard_normal(shape) / np.sqrt(s)
+        return self._plus_c(m + get_rng(rng).standard_normal(shape) / np.sqrt(s))
 
-    def mean(self, nat):
+    def centred_point_value(self, nat):
         m, s = self._ms(nat)
         return np.broadcast_to(m, np.broadcast_shapes(m.shape, s.shape)).copy()
+
+    def mean(self, nat):
+        return np.array(self._plus_c(self.centred_point_value(nat)))
 
     def var(self, nat):
         m, s = self._ms(nat)
@@ -102,6 +109,6 @@ class Normal(ExponentialFamily):
 
     def to_scipy(self, nat):
         m, s = self._ms(nat)
-        m, s = np.broadcast_arrays(m, s)
+        m, s = np.broadcast_arrays(self._plus_c(m), s)
         sd = 1.0 / np.sqrt(s)
         return frozen(m.shape, lambda i: stats.norm(loc=m[i], scale=sd[i]))

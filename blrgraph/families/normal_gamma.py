@@ -43,6 +43,7 @@ class NormalGamma(ExponentialFamily):
     """
 
     name = "NormalGamma"
+    locational = True
     param_names = ("mean", "beta", "shape", "rate")
     event_ndims = (0, 0, 0, 0)
     value_ndim = (0, 0)   # the value is a pair (mu, tau) of plate-shaped arrays
@@ -62,7 +63,7 @@ class NormalGamma(ExponentialFamily):
 
     def natural_from_params(self, mean, beta, shape, rate):
         m, k, a, b = np.broadcast_arrays(*(np.asarray(p, dtype=float)
-                                           for p in (mean, beta, shape, rate)))
+                                           for p in (self._minus_c(mean), beta, shape, rate)))
         return k * m, -0.5 * k, -(b + 0.5 * k * m * m), a - 0.5
 
     def _unpack(self, nat):
@@ -81,9 +82,14 @@ class NormalGamma(ExponentialFamily):
 
     def params_from_natural(self, nat):
         m, k, a, b = self._unpack(nat)
+        m = np.broadcast_to(self._plus_c(m), k.shape).copy()
         return {"mean": m, "beta": k, "shape": a, "rate": b}
 
-    # ---- exponential-family functions ---------------------------------------
+    def centre(self, x):
+        mu, tau = x
+        return self._minus_c(mu), tau
+
+    # ---- exponential-family functions (of the centred variable) ---------------
     def suff_stats(self, x):
         mu, tau = (np.asarray(v, dtype=float) for v in x)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -121,7 +127,7 @@ class NormalGamma(ExponentialFamily):
 
     def logpdf(self, x, nat):
         """log NG(mu, tau); -inf for tau <= 0."""
-        mu, tau = (np.asarray(v, dtype=float) for v in x)
+        mu, tau = (np.asarray(v, dtype=float) for v in self.centre(x))
         ok = tau > 0
         ts = self.suff_stats((mu, np.where(ok, tau, 1.0)))
         out = sum(l * t for l, t in zip(nat, ts)) - self.log_partition(nat)
@@ -134,12 +140,12 @@ class NormalGamma(ExponentialFamily):
         shape = _size_tuple(size) + m.shape
         tau = rng.gamma(np.broadcast_to(a, shape), 1.0 / np.broadcast_to(b, shape))
         mu = m + rng.standard_normal(shape) / np.sqrt(k * tau)
-        return mu, tau
+        return self._plus_c(mu), tau
 
     def mean(self, nat):
         """(E[mu], E[tau]) = (m, a/b)."""
         m, k, a, b = self._unpack(nat)
-        return m.copy(), a / b
+        return np.array(self._plus_c(m)), a / b
 
     def var(self, nat):
         """(Var[mu], Var[tau]) = (b / (beta (a - 1)) [inf if a <= 1], a / b^2)."""
@@ -148,15 +154,21 @@ class NormalGamma(ExponentialFamily):
         var_mu = np.where(am1 > 0, b / (k * np.where(am1 > 0, am1, 1.0)), np.inf)
         return var_mu, a / b ** 2
 
-    def mode(self, nat):
-        """Joint mode (m, (a - 1/2)/b); tau clamped at 0 when a < 1/2 (MATH.md §5)."""
+    def centred_point_value(self, nat):
+        """The joint mode of (mu - c, tau)."""
         m, k, a, b = self._unpack(nat)
         return m.copy(), np.maximum(a - 0.5, 0.0) / b
+
+    def mode(self, nat):
+        """Joint mode (m, (a - 1/2)/b); tau clamped at 0 when a < 1/2 (MATH.md §5)."""
+        mu, tau = self.centred_point_value(nat)
+        return np.array(self._plus_c(mu)), tau
 
     def to_scipy(self, nat):
         """(Student-t marginal of mu, gamma marginal of tau); object arrays with plates."""
         from scipy import stats
         m, k, a, b = self._unpack(nat)
+        m = np.broadcast_to(self._plus_c(m), k.shape)
         scale = np.sqrt(b / (a * k))
 
         def t(i):

@@ -37,6 +37,7 @@ class NormalWishart(ExponentialFamily):
     """
 
     name = "NormalWishart"
+    locational = True
     param_names = ("mean", "beta", "dof", "scale")
     event_ndims = (1, 0, 2, 0)
     value_ndim = (1, 2)   # the value is a pair (mu, L)
@@ -63,7 +64,8 @@ class NormalWishart(ExponentialFamily):
         return mean, beta, dof, scale
 
     def natural_from_params(self, mean, beta, dof, scale):
-        mean, beta, dof, scale = (np.asarray(p, dtype=float) for p in (mean, beta, dof, scale))
+        mean, beta, dof, scale = (np.asarray(p, dtype=float)
+                                  for p in (self._minus_c(mean), beta, dof, scale))
         d = scale.shape[-1]
         plates = np.broadcast_shapes(mean.shape[:-1], beta.shape, dof.shape, scale.shape[:-2])
         c = _chol(scale, "scale", self.name)
@@ -93,9 +95,14 @@ class NormalWishart(ExponentialFamily):
 
     def params_from_natural(self, nat):
         m, beta, nu, w, _, _, _ = self._unpack(nat)
-        return {"mean": m, "beta": beta, "dof": nu, "scale": w}
+        return {"mean": np.array(np.broadcast_to(self._plus_c(m), m.shape)), "beta": beta,
+                "dof": nu, "scale": w}
 
-    # ---- exponential-family functions ---------------------------------------
+    def centre(self, x):
+        mu, lam = x
+        return self._minus_c(mu), lam
+
+    # ---- exponential-family functions (of the centred variable) ---------------
     def suff_stats(self, x):
         mu, lam = (np.asarray(v, dtype=float) for v in x)
         logdet, ok = _safe_logdet(lam)
@@ -153,7 +160,7 @@ class NormalWishart(ExponentialFamily):
 
     def logpdf(self, x, nat):
         """log NW(mu, L); -inf where L is not positive definite."""
-        mu, lam = (np.asarray(v, dtype=float) for v in x)
+        mu, lam = (np.asarray(v, dtype=float) for v in self.centre(x))
         logdet, ok = _safe_logdet(lam)
         lmu = _matvec(lam, mu)
         out = (np.sum(nat[0] * lmu, axis=-1) + nat[1] * np.sum(mu * lmu, axis=-1)
@@ -178,12 +185,12 @@ class NormalWishart(ExponentialFamily):
         u = np.linalg.solve(np.swapaxes(a, -1, -2), z[..., None])[..., 0]
         c = np.linalg.cholesky(prec)
         mu = m + _matvec(c, u) / np.sqrt(beta)[..., None]
-        return mu, lam
+        return self._plus_c(mu), lam
 
     def mean(self, nat):
         """(E[mu], E[L]) = (m, nu W)."""
         m, beta, nu, w, _, _, _ = self._unpack(nat)
-        return m, nu[..., None, None] * w
+        return np.array(np.broadcast_to(self._plus_c(m), m.shape)), nu[..., None, None] * w
 
     def var(self, nat):
         """(Var[mu_i], Var[L_ij]): diag(W^{-1}) / (beta (nu - D - 1)) [inf if nu <= D + 1]
@@ -196,16 +203,22 @@ class NormalWishart(ExponentialFamily):
         var_mu = np.where(ok[..., None], dg / np.where(ok, den, 1.0)[..., None], np.inf)
         return var_mu, wishart_var(nu, w)
 
-    def mode(self, nat):
-        """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (MATH.md §5)."""
+    def centred_point_value(self, nat):
+        """The joint mode of (mu - c, L)."""
         m, beta, nu, w, _, _, _ = self._unpack(nat)
         d = m.shape[-1]
         return m, np.maximum(nu - d, 0.0)[..., None, None] * w
+
+    def mode(self, nat):
+        """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (MATH.md §5)."""
+        mu, lam = self.centred_point_value(nat)
+        return np.array(np.broadcast_to(self._plus_c(mu), mu.shape)), lam
 
     def to_scipy(self, nat):
         """(multivariate_t marginal of mu, wishart marginal of L); object arrays with plates."""
         from scipy import stats
         m, beta, nu, w, _, prec, _ = self._unpack(nat)
+        m = np.broadcast_to(self._plus_c(m), m.shape)
         d = m.shape[-1]
         df = nu - d + 1.0
         shape = prec / (beta * df)[..., None, None]

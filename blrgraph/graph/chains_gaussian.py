@@ -44,10 +44,6 @@ from .node import ChildData, Node, Stochastic
 from .plates import broadcast_plates, wsum
 
 
-def _provides(p):
-    return type(getattr(p, "provides", None)).__name__
-
-
 def _swap(a):
     return np.swapaxes(a, -1, -2)
 
@@ -58,7 +54,7 @@ class GaussianChainFactor(Conditional):
     def __init__(self, node, parents, slots, length):
         super().__init__(node, parents, slots)
         self.T = int(length)
-        self.diagonal_noise = type(self.slots[3].family).__name__ == "Gamma"
+        self.diagonal_noise = isinstance(self.slots[3].family, GammaFamily)
         self._check_dimensions()
 
     # ---- shapes --------------------------------------------------------------
@@ -225,7 +221,7 @@ class GaussianMarkovChain(Stochastic):
             raise ValueError(f"{label}: A must be a (D, D) matrix or a MultivariateNormal node "
                              f"whose last plate axis holds the rows, got shape {np.shape(A)}")
         if isinstance(noise_precision, Node):
-            diag = _provides(noise_precision) == "Gamma"
+            diag = isinstance(getattr(noise_precision, "provides", None), GammaFamily)
         else:
             diag = np.ndim(noise_precision) <= 1
         noise = Slot("noise_precision", GammaFamily() if diag else WishartFamily(),

@@ -56,6 +56,8 @@ class FactorGraph:
             raise ValueError("the model has no observed node: call node.observe(data) on the data "
                              "node(s) before building the Model")
         self._propagate_replicates()
+        from .centring import centre_model
+        centre_model(self)  # location shifts of Gaussian nodes (docs/dev/numerics.md)
         self.schedule = self._resolve(schedule) if schedule is not None else list(self.latent)
         self.fit_result = None
 

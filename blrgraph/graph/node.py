@@ -76,7 +76,12 @@ class Constant(Node):
         super().__init__(name or "constant", value.shape[: value.ndim - family.value_ndim])
         self.value = value
         self.provides = family
-        self._moments = family.suff_stats(value)
+        self._moments = family.suff_stats(family.centre(value))
+
+    def set_family(self, family):
+        """Publish T of the value under ``family`` (a location shift, graph/centring.py)."""
+        self.provides = family
+        self._moments = family.suff_stats(family.centre(self.value))
 
     def moments(self):
         return self._moments
@@ -223,6 +228,18 @@ class Posterior:
     def entropy(self):
         return self.family.entropy(self.natural)
 
+    def sample(self, size=None, seed=None):
+        """Draws from q: shape (size,) + plates + event (a pair of arrays for a joint
+        NormalGamma / NormalWishart node; labels for a Categorical; the point, repeated,
+        for a point mass)."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        if self.is_point:
+            v = self.family.point_value(self.natural)
+            lead = () if size is None else ((int(size),) if np.ndim(size) == 0 else tuple(size))
+            rep = lambda a: np.broadcast_to(a, lead + np.shape(a)).copy()  # noqa: E731
+            return tuple(rep(a) for a in v) if isinstance(v, tuple) else rep(v)
+        return self.family.sample(self.natural, rng, size)
+
     def __repr__(self):
         kind = "point mass" if self.is_point else self.family.name
         return f"<Posterior of {self.node.label()}: {kind}, plates={self.node.plates}>"
@@ -293,6 +310,7 @@ class Stochastic(Node):
         self.fitted = False
         self._moments = None
         self._obs_moments = None
+        self._centred = None
         self.nat = None
 
     # ---- data ---------------------------------------------------------------
@@ -361,13 +379,30 @@ class Stochastic(Node):
         from .inputs import check_batch
         return check_batch(self, rows)
 
+    def centred_value(self):
+        """The data in the family's centred coordinates (x - c, graph/centring.py): built
+        once per data array (kept while ``self.value`` is the same object); masked entries
+        hold 0. Without a shift, the data themselves."""
+        if self.value is None or getattr(self.family, "shift", None) is None:
+            return self.value
+        cached = getattr(self, "_centred", None)
+        if cached is not None and cached[0] is self.value and cached[1] is self.family:
+            return cached[2]
+        v = self.family.centre(self.value)
+        if self.mask is not None:
+            m = np.asarray(self.mask) != 0
+            m = m.reshape(m.shape + (1,) * (np.ndim(v) - m.ndim))
+            v = np.where(m, v, 0.0)
+        self._centred = (self.value, self.family, v)
+        return v
+
     def child_data(self):
         if self.observed:
-            return ChildData(self.value, self._obs_moments, self.plates, self.family.value_ndim,
-                             make_moments=self._observed_moments)
+            return ChildData(self.centred_value(), self._obs_moments, self.plates,
+                             self.family.value_ndim, make_moments=self._observed_moments)
         if self.point:
-            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
-                             self.plates, self.family.value_ndim)
+            return ChildData(self.family.centred_point_value(self.nat),
+                             self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
         return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
 
     def _observed_moments(self):
@@ -376,7 +411,7 @@ class Stochastic(Node):
             if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
-                self._obs_moments = self.family.suff_stats(self.value)
+                self._obs_moments = self.family.suff_stats(self.centred_value())
         return self._obs_moments
 
     def moments(self):
@@ -448,11 +483,36 @@ class Stochastic(Node):
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
+    # ---- predictions (graph/predictive.py, docs/predict.md) --------------------------------
+    def predictive(self, inputs=None, *, samples=2000, seed=0):
+        """The posterior predictive E_q[p(x | parents)] of every entry, after a fit: a
+        :class:`~blrgraph.graph.predictive.Predictive` with ``mean``, ``var`` (``cov``),
+        ``logpdf``, ``sample`` and ``to_scipy``. Exact for conjugate parents; Monte Carlo
+        over q (``samples`` draws, ``seed``) otherwise. Masked entries of observed data get
+        their imputation. ``inputs``: new design rows of a ``Dot(X, w)`` parent, new rows of
+        a Mixture (NaN = missing cells), or ``{name: new values}`` (docs/predict.md)."""
+        from .predictive import node_predictive
+        return node_predictive(self, inputs, samples=samples, seed=seed)
+
     # ---- messages -----------------------------------------------------------
+    def _observed_parent_mask(self):
+        """The masks of this node's observed parents (an entry whose observed parent, e.g.
+        a class label, is missing informs no parameter: its parent has no value there)."""
+        out = None
+        for p in self.factor.parents:
+            if getattr(p, "observed", False) and p.stochastic and p.mask is not None:
+                m = np.asarray(p.mask, dtype=float)
+                out = m if out is None else out * m
+        return out
+
     def message_weight(self, parent):
         """Per-entry weight of this node's messages to ``parent``: mask x counts
-        (counts are left out when the parent stands for the same copies)."""
+        (counts are left out when the parent stands for the same copies), x the masks
+        of observed parents."""
         w = self.mask
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None and parent.replicates is not self.replicates:
             w = self.replicates if w is None else w * self.replicates
         return w
@@ -499,6 +559,9 @@ class Stochastic(Node):
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
         w = self.mask
+        pm = self._observed_parent_mask()
+        if pm is not None:
+            w = pm if w is None else w * pm
         if self.replicates is not None:
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)

@@ -51,7 +51,6 @@ class _Public(Stochastic):
     """Shared constructor: ``_spec`` returns (family, factor class, parents, slots, fixed)."""
 
     def __init__(self, *args, plates=None, name=None, **kw):
-        self._pending_name = name
         family, factor, parents, slots, fixed = self._spec(*args, name=name, **kw)
         super().__init__(family, factor, parents, slots, plates=plates, name=name, **fixed)
 
@@ -228,4 +227,3 @@ class Mixture(Stochastic):
         super().__init__(family, MixtureFactor, [z] + list(parents),
                          [Slot("z", CategoricalFamily())] + list(slots), plates=plates, name=name,
                          component=factor, component_slots=slots, **fixed)
-        self.component_class = family_cls

@@ -126,7 +126,6 @@ class Scatter:
 
     def __init__(self, idx, n_source):
         idx = np.asarray(idx).ravel()
-        self.shape_idx = np.shape(idx)
         self.n_source = n_source
         self.matrix = sp.csr_matrix((np.ones(idx.size), (idx, np.arange(idx.size))),
                                     shape=(n_source, idx.size))

@@ -21,6 +21,8 @@ import zipfile
 
 import numpy as np
 
+from .jsonify import plain
+
 FORMAT = "blrgraph-checkpoint"
 VERSION = 1
 _META = "__meta__"
@@ -42,17 +44,8 @@ def _digest(arrays):
     return h.hexdigest()
 
 
-def _plain(x):
-    """numpy scalars -> Python numbers for JSON."""
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    raise TypeError(f"cannot store {type(x).__name__} in checkpoint metadata")
-
-
 def _jsonable_rng(state):
-    return json.loads(json.dumps(state, default=_plain))
+    return json.loads(json.dumps(state, default=plain))
 
 
 def save(model, path):
@@ -61,6 +54,8 @@ def save(model, path):
     for n in model.latent:
         for i, a in enumerate(n.nat):
             arrays[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
+        if getattr(n.family, "shift", None) is not None:   # the coordinates of nat (centring)
+            arrays[f"shift/{n.name}"] = np.array(n.family.shift, dtype=float)
     meta = {"format": FORMAT, "version": VERSION, "nodes": _signature(model),
             "point": [n.name for n in model.latent if n.point],
             "fitted": [n.name for n in model.latent if n.fitted], "svi": None, "fit": None}
@@ -77,7 +72,7 @@ def save(model, path):
                        "converged": bool(res.converged), "objective": res.objective}
         arrays["fit/elbo_trace"] = np.asarray(res.elbo_trace, dtype=float)
     meta["sha256"] = _digest(arrays)
-    blob = np.frombuffer(json.dumps(meta, default=_plain).encode("utf-8"), dtype=np.uint8)
+    blob = np.frombuffer(json.dumps(meta, default=plain).encode("utf-8"), dtype=np.uint8)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays, **{_META: blob})
     return path
@@ -106,6 +101,24 @@ def _read(path):
     if meta.get("sha256") != _digest(data):
         raise ValueError(f"{path}: the checkpoint is corrupt (checksum mismatch)")
     return meta, data
+
+
+def _in_current_coordinates(node, nat, shift):
+    """Natural parameters saved relative to location shift ``shift`` (None: none, as in
+    files written before shifts existed) -> relative to the node's current shift
+    (docs/dev/numerics.md). Unchanged when the two agree."""
+    cur = getattr(node.family, "shift", None)
+    if shift is None and cur is None or (shift is not None and cur is not None and
+                                         np.shape(shift) == np.shape(cur) and
+                                         np.array_equal(shift, cur)):
+        return nat
+    try:
+        params = node.family.with_shift(shift).params_from_natural(nat)
+        return tuple(np.asarray(a, dtype=float) for a in node.family.natural_from_params(
+            *[params[p] for p in node.family.param_names]))
+    except (ValueError, np.linalg.LinAlgError) as e:
+        raise ValueError(f"node '{node.name}': the saved natural parameters are outside the "
+                         f"natural parameter space ({e})") from None
 
 
 def load(model, path):
@@ -145,7 +158,7 @@ def load(model, path):
         if not all(np.all(np.isfinite(a)) for a in arrs):
             raise ValueError(f"{path}: node '{n.name}' has non-finite natural parameters")
         _check_space(path, n, arrs)
-        new[n] = arrs
+        new[n] = _in_current_coordinates(n, tuple(arrs), data.get(f"shift/{n.name}"))
     svi = _svi_state(path, meta.get("svi"), data)
     # everything checked: now change the model
     for n, nat in new.items():

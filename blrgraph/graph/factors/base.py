@@ -164,6 +164,32 @@ class Conditional:
         without its dense (entries x K) array, or None (then the dense message is used)."""
         return None
 
+    # ---- posterior predictive (graph/predictive.py, docs/predict.md) ---------------------
+    def predictive(self, q, plates, ctx):
+        """E_q[p(x | parents)] for every entry (``plates``): ``q`` holds one
+        :class:`~blrgraph.graph.predictive.ParentDist` per parent slot. The default is the
+        conditional itself when every parent is fixed, else Monte Carlo over q; conjugate
+        factors override it with the exact integral."""
+        from ..predictive import fixed_predictive, monte_carlo
+        if all(pd.fixed for pd in q):
+            return fixed_predictive(self, q, plates)
+        return monte_carlo(self, q, plates, ctx)
+
+    def draw_natural(self, u):
+        """The child's natural parameters at parents drawn from q (``u``: their T(values),
+        with a leading axis of draws): eta(theta) = ``prior_natural`` at a point."""
+        return self.prior_natural(u)
+
+    def predictive_plates(self, q):
+        """The entries' plates for parents ``q`` (new inputs change them)."""
+        from ..plates import broadcast_plates
+        return broadcast_plates(*[pd.plates for pd in q], tuple(self.fixed_plates()))
+
+    def draw_ndim(self, i, n):
+        """How many plate axes a draw of parent slot i lines up with (right-aligned) in a
+        child with ``n`` plate axes (Monte Carlo predictive)."""
+        return n
+
     def release(self):
         """Drop the work arrays kept between sweeps (called when a fit ends)."""
         for name in self.caches:

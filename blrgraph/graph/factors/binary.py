@@ -24,6 +24,14 @@ class BernoulliFactor(Conditional):
         kw = dict(target_plates=target, full_plates=x.plates)
         return (wsum(w, x1, **kw), wsum(w, 1.0 - x1, **kw))
 
+    def predictive(self, q, plates, ctx):
+        """Bernoulli(p) with p ~ Beta(a, b): Beta-Binomial(1, a, b), i.e. Bernoulli(a/(a+b))."""
+        from ..predictive import beta_binomial
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        return beta_binomial(1.0, p["a"], p["b"], plates)
+
 
 class BinomialFactor(Conditional):
     """x ~ Binomial(n fixed, p): lam = (logit p,), A = -n log(1-p), h = C(n, x)."""
@@ -47,3 +55,11 @@ class BinomialFactor(Conditional):
         x1, = x.moments
         kw = dict(target_plates=target, full_plates=x.plates)
         return (wsum(w, x1, **kw), wsum(w, self.n - x1, **kw))
+
+    def predictive(self, q, plates, ctx):
+        """Binomial(n, p) with p ~ Beta(a, b): Beta-Binomial(n, a, b)."""
+        from ..predictive import beta_binomial
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        return beta_binomial(self.n, p["a"], p["b"], plates)

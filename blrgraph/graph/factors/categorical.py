@@ -92,6 +92,14 @@ class CategoricalFactor(Conditional):
             return (r if w is None else np.asarray(w)[..., None] * r,)  # nothing to sum
         return (wsum(w, r, subs=("A",), out="A", target_plates=target, full_plates=x.plates),)
 
+    def predictive(self, q, plates, ctx):
+        """Categorical(p) with p ~ Dirichlet(alpha): Categorical(alpha / sum(alpha))."""
+        from ..predictive import CategoricalPredictive
+        if q[0].kind != "q":
+            return CategoricalPredictive(q[0].value, plates)
+        alpha = q[0].params["alpha"]
+        return CategoricalPredictive(alpha / alpha.sum(-1, keepdims=True), plates)
+
     def factored_message(self, slots, q, w, target):
         """The message to p (its gradient, w_n E[onehot z_n]) of a z whose q is a
         factored Categorical (families/gathered.py), kept factored for a gather to
@@ -180,3 +188,10 @@ class MultinomialFactor(Conditional):
     def message(self, i, x, u, w, target):
         return (wsum(w, x.moments[0], subs=("A",), out="A", target_plates=target,
                      full_plates=x.plates),)
+
+    def predictive(self, q, plates, ctx):
+        """Multinomial(n, p) with p ~ Dirichlet(alpha): Dirichlet-multinomial(n, alpha)."""
+        from ..predictive import DirichletMultinomial
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        return DirichletMultinomial(self.n, q[0].params["alpha"], plates)

@@ -17,8 +17,18 @@ class FixedPrior(Conditional):
         self.parents = []
         self.fixed = fixed
         fam = node.family
-        params = fam.validate_params(*parents, where=node.name)
-        self.nat0 = tuple(np.asarray(a, dtype=float) for a in fam.natural_from_params(*params))
+        self.params = fam.validate_params(*parents, where=node.name)
+        if getattr(fam, "locational", False) and np.any(self.params[0] != 0):
+            # until the model gives the location group its shift (graph/centring.py), the
+            # prior is centred on its own mean: lam3 = -(b + beta m^2/2) would lose b
+            fam = fam.with_shift(self.params[0])
+            node.family = node.provides = fam
+        self.set_family(fam)
+
+    def set_family(self, fam):
+        """lam0 from the constructor parameters under ``fam`` (whose location shift,
+        graph/centring.py, the natural parameters are relative to)."""
+        self.nat0 = tuple(np.asarray(a, dtype=float) for a in fam.natural_from_params(*self.params))
         self.A0 = fam.log_partition(self.nat0)
 
     def fixed_plates(self):

@@ -13,6 +13,11 @@ from .base import Conditional
 LOG2PI = np.log(2.0 * np.pi)
 
 
+def _gamma_ab(pd):
+    p = pd.params
+    return p["shape"], p["rate"]
+
+
 class NormalFactor(Conditional):
     """x ~ N(mean, 1/precision); slots mean (Normal moments (m, m^2)),
     precision (Gamma moments (log tau, tau))."""
@@ -34,6 +39,26 @@ class NormalFactor(Conditional):
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
 
+    def predictive(self, q, plates, ctx):
+        """Gaussian mean (or a linear predictor of a Gaussian q) and a fixed precision:
+        N(E m, Var m + 1/tau). Fixed mean, Gamma(a, b) precision: Student-t(2a, m, b/a).
+        Both random (mean field): Monte Carlo over q, with the exact mean E m and
+        variance Var m + E[1/tau] = Var m + b/(a - 1)."""
+        from ..predictive import monte_carlo, normal, student_t
+        mean, prec = q
+        if mean.gaussian and prec.fixed:
+            return normal(mean.mean, mean.var + 1.0 / np.asarray(prec.value, dtype=float), plates)
+        if mean.fixed and prec.kind == "q":
+            a, b = _gamma_ab(prec)
+            return student_t(2.0 * a, mean.mean, b / a, plates)
+        if mean.gaussian and prec.kind == "q":
+            a, b = _gamma_ab(prec)
+            with np.errstate(divide="ignore"):
+                inv_tau = np.where(a > 1, b / np.where(a > 1, a - 1.0, 1.0), np.inf)
+            return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean.mean, plates),
+                               var=np.broadcast_to(mean.var + inv_tau, plates))
+        return super().predictive(q, plates, ctx)
+
 
 class NormalGammaFactor(Conditional):
     """x ~ N(mu, 1/tau) with (mu, tau) one Normal-Gamma node;
@@ -52,6 +77,15 @@ class NormalGammaFactor(Conditional):
         kw = dict(target_plates=target, full_plates=x.plates)
         n = wsum(w, **kw)
         return (wsum(w, x1, **kw), -0.5 * n, -0.5 * wsum(w, x2, **kw), 0.5 * n)
+
+    def predictive(self, q, plates, ctx):
+        """(mu, tau) ~ NormalGamma(m, beta, a, b): Student-t(2a, m, b (beta + 1) / (a beta))."""
+        from ..predictive import student_t
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        m, k, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
+        return student_t(2.0 * a, m, b * (k + 1.0) / (a * k), plates)
 
 
 def _quad(x, L):
@@ -137,6 +171,22 @@ class MultivariateNormalFactor(Conditional):
         S = xx - cross - np.swapaxes(cross, -1, -2) + mm
         return (-0.5 * S, 0.5 * wsum(w, **kw))
 
+    def predictive(self, q, plates, ctx):
+        """Gaussian mean, fixed precision L: N(E m, Cov m + L^-1). Fixed mean, Wishart(nu, W)
+        precision: multivariate t with nu - D + 1 degrees of freedom and shape
+        W^-1 / (nu - D + 1). Both random: Monte Carlo over q."""
+        from ..predictive import MultivariateT
+        mean, prec = q
+        if mean.gaussian and prec.fixed:
+            return MultivariateT(np.inf, mean.mean, mean.cov + np.linalg.inv(prec.value), plates)
+        if mean.fixed and prec.kind == "q":
+            p = prec.params
+            nu, W = p["dof"], p["scale"]
+            D = W.shape[-1]
+            df = nu - D + 1.0
+            return MultivariateT(df, mean.mean, np.linalg.inv(W) / df[..., None, None], plates)
+        return super().predictive(q, plates, ctx)
+
 
 class NormalWishartFactor(Conditional):
     """x ~ N(mu, inv(Lambda)) with (mu, Lambda) one Normal-Wishart node; its
@@ -163,6 +213,19 @@ class NormalWishartFactor(Conditional):
         xx = _second_moment_sum(w, x, target)
         return (wsum(w, _first_moment(x), subs=("A",), out="A", **kw), -0.5 * n, -0.5 * xx, 0.5 * n)
 
+    def predictive(self, q, plates, ctx):
+        """(mu, L) ~ NormalWishart(m, beta, nu, W): multivariate t with df = nu - D + 1,
+        location m and shape W^-1 (1 + beta) / (beta df)."""
+        from ..predictive import MultivariateT
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        m, beta, nu, W = p["mean"], p["beta"], p["dof"], p["scale"]
+        D = m.shape[-1]
+        df = nu - D + 1.0
+        shape = np.linalg.inv(W) * ((1.0 + beta) / (beta * df))[..., None, None]
+        return MultivariateT(df, m, shape, plates)
+
 
 class DiagonalGammaFactor(Conditional):
     """x ~ N(mean, diag(tau)^-1) with tau a Gamma node (isotropic or ARD precision).
@@ -188,6 +251,20 @@ class DiagonalGammaFactor(Conditional):
         except ValueError:
             raise ValueError(f"{self.node.label()}: mean plates {self.parents[0].plates} and the "
                              f"precision's plates {tp} (last axis = coordinates) do not broadcast") from None
+
+    def draw_ndim(self, i, n):
+        return n + 1 if i == 1 else n   # tau's last plate axis is the vector's coordinate axis
+
+    def predictive(self, q, plates, ctx):
+        """Gaussian mean, fixed precisions tau: N(E m, Cov m + diag(1/tau)); else Monte Carlo."""
+        from ..predictive import MultivariateT
+        mean, prec = q
+        if mean.gaussian and prec.fixed:
+            D = np.shape(mean.mean)[-1]
+            t = np.asarray(prec.value, dtype=float)
+            t = np.broadcast_to(t, t.shape[:-1] + (D,)) if t.ndim else np.full(D, float(t))
+            return MultivariateT(np.inf, mean.mean, mean.cov + np.eye(D) / t[..., None, :], plates)
+        return super().predictive(q, plates, ctx)
 
     def prior_natural(self, u):
         (m1, _), _ = u

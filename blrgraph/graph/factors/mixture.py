@@ -243,3 +243,55 @@ class MixtureFactor(Conditional):
         if i != 0 or w is not None or tuple(target) != self.node.plates:
             return None
         return self.component.loglik_terms(x, u[1:], self.node.plates)  # (not z's moments: u[0])
+
+    # ---- posterior predictive (graph/predictive.py) ---------------------------------------
+    def component_predictive(self, q, ctx):
+        """The predictive of every component (plates: the component parameters' plates,
+        the K components last), from the component factor's own hook."""
+        return self.component.predictive(q[1:], self.component.plates(), ctx)
+
+    def assignment_loglik(self, comp, values, zplates):
+        """log p(observed cells of ``values`` | z = k) per assignment (zplates + (K,)) under
+        the component predictives ``comp``: cells that share one z are added, missing
+        cells (NaN, or a negative label) contribute nothing. For vector components also
+        returns their conditionals given the observed coordinates (else None)."""
+        x = np.asarray(values, dtype=float)
+        vnd = comp.value_ndim
+        if vnd:
+            ll, cond = comp.condition(np.expand_dims(x, x.ndim - vnd))
+        else:
+            obs = np.isfinite(x) & (x >= 0 if comp.discrete else True)
+            xe = np.where(obs, x, 0.0)[..., None]
+            if comp.discrete:
+                xe = xe.astype(np.int64)
+            ll = np.where(obs[..., None], comp.logpdf(xe), 0.0)
+            cond = None
+        plates = ll.shape[:-1]
+        zp = (1,) * (len(plates) - len(zplates)) + tuple(zplates)
+        axes = tuple(i for i, (a, b) in enumerate(zip(zp, plates)) if a == 1 and b != 1)
+        ll = np.sum(ll, axis=axes, keepdims=True) if axes else ll
+        return ll.reshape(tuple(zplates) + ll.shape[-1:]), cond
+
+    def predictive(self, q, plates, ctx):
+        """sum_k q(z = k) p_k(x): the mixture of the component predictives, weighted by
+        each entry's q(z) (one-hot for observed assignments). With ``ctx.values`` (new
+        rows, NaN = missing cells) the weights are the assignment probabilities of each
+        row given its observed cells, and vector components are conditioned on them."""
+        from ..predictive import MixturePredictive
+        zq = q[0]
+        comp = self.component_predictive(q, ctx)
+        if zq.kind == "fixed":
+            K = self.K
+            lab = np.asarray(zq.value).astype(np.intp)
+            w = (lab[..., None] == np.arange(K)).astype(float)
+        else:
+            w = np.asarray(zq.mean, dtype=float)
+        if ctx.values is None:
+            return MixturePredictive(w, comp, plates)
+        ll, cond = self.assignment_loglik(comp, ctx.values, zq.plates)
+        with np.errstate(divide="ignore"):
+            lw = np.log(w) + ll
+        lw = lw - lw.max(axis=-1, keepdims=True)
+        r = np.exp(lw)
+        r /= r.sum(axis=-1, keepdims=True)
+        return MixturePredictive(r, comp if cond is None else cond, plates)

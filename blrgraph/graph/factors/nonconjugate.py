@@ -139,6 +139,18 @@ class _GaussianLinkFactor(Conditional):
         m, v = moments_to_mv(u[0])
         return self.expected_A(m, v)[0]
 
+    def predictive(self, q, plates, ctx):
+        """Monte Carlo over q of the linear predictor (graph/predictive.py), with the exact
+        mean E[A'(a)] (the expectations of the fit) and variance (:meth:`predictive_var`)
+        when a is Gaussian under q."""
+        from ..predictive import monte_carlo
+        if q[0].fixed or not q[0].gaussian:
+            return super().predictive(q, plates, ctx)
+        m, v = np.asarray(q[0].mean, dtype=float), np.asarray(q[0].var, dtype=float)
+        mean = self.expected_A(m, v)[1]
+        return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean, plates),
+                           var=np.broadcast_to(self.predictive_var(m, v, mean), plates))
+
     def message(self, i, x, u, w, target):
         m, v = moments_to_mv(u[0])
         _, dA, d2A = self.expected_A(m, v)
@@ -158,6 +170,9 @@ class BernoulliLogitFactor(_GaussianLinkFactor):
     def expected_A(self, m, v):
         return normal_expectations((_softplus, expit, _sig_prime), m, v)
 
+    def predictive_var(self, m, v, mean):
+        return mean * (1.0 - mean)
+
 
 class PoissonLogFactor(_GaussianLinkFactor):
     """y ~ Poisson(e^a): A(a) = e^a, E[e^a] = e^{m + v/2} (MATH.md §4.3)."""
@@ -172,6 +187,10 @@ class PoissonLogFactor(_GaussianLinkFactor):
                                      f"covariates or give the weights a stronger prior")
         e = np.exp(r)
         return e, e, e
+
+    def predictive_var(self, m, v, mean):
+        """Var[y] = E[rate] + Var[rate] = e^{m+v/2} + (e^v - 1) e^{2m+v}."""
+        return mean + np.expm1(v) * mean ** 2
 
 
 @lru_cache(maxsize=16)
@@ -268,6 +287,18 @@ class CategoricalLogitFactor(Conditional):
     def prior_natural(self, u):
         m, v = self._mv(u)
         return (m - expected_logsumexp(m, v, need_grad=False)[..., None],)
+
+    # posterior predictive (graph/predictive.py): Monte Carlo over q of the logits
+    def draw_natural(self, u):
+        from scipy.special import logsumexp
+        a = np.asarray(u[0][0], dtype=float)
+        return (a - logsumexp(a, axis=-1, keepdims=True),)
+
+    def draw_ndim(self, i, n):
+        return n + 1        # the K logits are the last plate axis of the parent
+
+    def predictive_plates(self, q):
+        return tuple(q[0].plates[:-1])
 
     def expected_log_partition(self, u):
         return 0.0

@@ -32,6 +32,14 @@ class GammaFactor(Conditional):
         kw = dict(target_plates=target, full_plates=x.plates)
         return (wsum(w, self.shape, **kw), -wsum(w, x2, **kw))
 
+    def predictive(self, q, plates, ctx):
+        """Gamma(k, r) with r ~ Gamma(a, b): beta-prime(k, a, scale b)."""
+        from ..predictive import beta_prime
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        return beta_prime(self.shape, p["shape"], p["rate"], plates)
+
 
 class ExponentialFactor(Conditional):
     """x ~ Exponential(rate); T(x) = (x,), lam = (-rate,)."""
@@ -49,6 +57,14 @@ class ExponentialFactor(Conditional):
         kw = dict(target_plates=target, full_plates=x.plates)
         return (wsum(w, **kw), -wsum(w, x1, **kw))
 
+    def predictive(self, q, plates, ctx):
+        """Exponential(r) with r ~ Gamma(a, b): Lomax(a, scale b)."""
+        from ..predictive import lomax
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        return lomax(p["shape"], p["rate"], plates)
+
 
 class PoissonFactor(Conditional):
     """x ~ Poisson(rate); T(x) = (x,), lam = (log rate,), A = rate."""
@@ -65,3 +81,11 @@ class PoissonFactor(Conditional):
         x1, = x.moments
         kw = dict(target_plates=target, full_plates=x.plates)
         return (wsum(w, x1, **kw), -wsum(w, **kw))
+
+    def predictive(self, q, plates, ctx):
+        """Poisson(r) with r ~ Gamma(a, b): negative binomial (n = a, p = b / (b + 1))."""
+        from ..predictive import negative_binomial
+        if q[0].kind != "q":
+            return super().predictive(q, plates, ctx)
+        p = q[0].params
+        return negative_binomial(p["shape"], p["rate"], plates)

@@ -1,0 +1,1029 @@
+"""Posterior predictive distributions: E_q[p(x | parents)] for every entry of a node
+(docs/predict.md).
+
+Each conditional factor answers ``predictive(q, plates, ctx)`` (declared on
+:class:`~blrgraph.graph.factors.base.Conditional`): ``q`` describes each parent as
+a fixed value, a fitted q (family + natural parameters) or a derived quantity (a
+linear predictor ``Dot(X, w)``); the factor returns a :class:`Predictive` with
+``plates``. Conjugate factors integrate exactly (Student-t, multivariate t,
+Beta-Binomial, negative binomial, Dirichlet-multinomial, Lomax, beta-prime); the
+base class falls back on Monte Carlo over q (mean-field products, non-conjugate
+links), with the mean and variance exact wherever the factor gives them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+from scipy.special import gammaln, logsumexp
+
+from ..families.base import object_array
+
+LOG2PI = np.log(2.0 * np.pi)
+
+
+def _rng(seed):
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _size(size):
+    if size is None:
+        return ()
+    return (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
+
+
+def _bcast(a, plates, event_ndim=0):
+    a = np.asarray(a, dtype=float)
+    ev = a.shape[a.ndim - event_ndim:] if event_ndim else ()
+    return np.broadcast_to(a, tuple(plates) + ev)
+
+
+def _index_plates(idx):
+    """An index over the plate axes as a tuple (a boolean mask, ints, slices)."""
+    return idx if isinstance(idx, tuple) else (idx,)
+
+
+# ---------------------------------------------------------------------------------------
+class Predictive:
+    """The posterior predictive distribution of the entries of a node.
+
+    ``plates``: the entries' shape. ``mean``, ``var`` (``cov`` for vectors),
+    ``logpdf(values)`` (per entry), ``sample(size=None, seed=None)`` (shape size +
+    plates + event; each entry drawn from its own predictive), ``to_scipy()``
+    where scipy has the distribution, ``exact`` (False for a Monte Carlo estimate)
+    and ``pred[idx]`` (the predictive of some entries, e.g. ``pred[~mask]``)."""
+
+    name = "predictive"
+    value_ndim = 0
+    exact = True
+    discrete = False
+
+    def __init__(self, plates):
+        self.plates = tuple(plates)
+
+    def __repr__(self):
+        kind = "" if self.exact else ", Monte Carlo"
+        return f"<Predictive {self.name}{kind}, plates={self.plates}>"
+
+    @property
+    def std(self):
+        return np.sqrt(self.var)
+
+    def pdf(self, values):
+        return np.exp(self.logpdf(values))
+
+    def log_predictive(self, values, mask=None):
+        """sum over entries (where ``mask`` is True) of logpdf(values): held-out scoring."""
+        lp = np.broadcast_to(self.logpdf(values), self.plates)
+        if mask is not None:
+            m = np.broadcast_to(np.asarray(mask, dtype=bool), self.plates)
+            lp = np.where(m, lp, 0.0)
+        return float(np.sum(lp))
+
+    def interval(self, level=0.95, samples=20000, seed=0):
+        """Central ``level`` interval per entry (from scipy where it has the distribution,
+        else from ``samples`` draws)."""
+        try:
+            d = self.to_scipy()
+            if not isinstance(d, np.ndarray):
+                return d.interval(level)
+        except (NotImplementedError, AttributeError, TypeError):
+            pass
+        s = self.sample(samples, seed=seed)
+        return tuple(np.quantile(s, [0.5 - level / 2, 0.5 + level / 2], axis=0))
+
+    def to_scipy(self):
+        raise NotImplementedError(f"{self.name}: scipy has no such distribution; use logpdf, "
+                                  f"mean, var and sample")
+
+    def __getitem__(self, idx):
+        return self._take(_index_plates(idx))
+
+    def _take(self, idx):
+        raise NotImplementedError
+
+    def broadcast(self, plates):
+        """The same predictive with its entries broadcast to ``plates``."""
+        plates = tuple(plates)
+        if plates == self.plates:
+            return self
+        return self._broadcast(plates)
+
+    def _broadcast(self, plates):
+        raise NotImplementedError
+
+
+# ---- scalar distributions from scipy ----------------------------------------------------
+class ScipyScalar(Predictive):
+    """A scalar predictive that scipy.stats has (vectorised over the plates)."""
+
+    def __init__(self, name, dist, params, plates, discrete=False):
+        super().__init__(plates)
+        self.name = name
+        self._dist = dist
+        self.params = {k: _bcast(v, self.plates) for k, v in params.items()}
+        self.discrete = discrete
+
+    def to_scipy(self):
+        """One frozen scipy distribution whose parameters are arrays over the plates."""
+        return self._dist(**self.params)
+
+    @property
+    def mean(self):
+        return np.asarray(self.to_scipy().mean(), dtype=float)
+
+    @property
+    def var(self):
+        return np.asarray(self.to_scipy().var(), dtype=float)
+
+    def logpdf(self, values):
+        d = self.to_scipy()
+        return d.logpmf(values) if self.discrete else d.logpdf(values)
+
+    def sample(self, size=None, seed=None):
+        return self.to_scipy().rvs(size=_size(size) + self.plates, random_state=_rng(seed))
+
+    def _take(self, idx):
+        sub = {k: v[idx] for k, v in self.params.items()}
+        plates = next(iter(sub.values())).shape
+        return ScipyScalar(self.name, self._dist, sub, plates, self.discrete)
+
+    def _broadcast(self, plates):
+        return ScipyScalar(self.name, self._dist, self.params, plates, self.discrete)
+
+
+def normal(mean, var, plates):
+    return ScipyScalar("Normal", lambda loc, var: stats.norm(loc=loc, scale=np.sqrt(var)),
+                       {"loc": mean, "var": var}, plates)
+
+
+def student_t(df, loc, scale2, plates):
+    """Student-t with ``df`` degrees of freedom, location ``loc`` and squared scale ``scale2``."""
+    return ScipyScalar("Student-t", lambda df, loc, scale2: stats.t(df=df, loc=loc,
+                                                                     scale=np.sqrt(scale2)),
+                       {"df": df, "loc": loc, "scale2": scale2}, plates)
+
+
+def beta_binomial(n, a, b, plates):
+    return ScipyScalar("Beta-Binomial", lambda n, a, b: stats.betabinom(n.astype(int), a, b),
+                       {"n": n, "a": a, "b": b}, plates, discrete=True)
+
+
+def negative_binomial(shape, rate, plates):
+    """The Poisson-Gamma(shape, rate) compound: scipy's nbinom(n=shape, p=rate/(rate+1))."""
+    return ScipyScalar("negative binomial",
+                       lambda shape, rate: stats.nbinom(shape, rate / (rate + 1.0)),
+                       {"shape": shape, "rate": rate}, plates, discrete=True)
+
+
+def lomax(shape, rate, plates):
+    """Exponential with a Gamma(shape, rate) rate: Lomax(c=shape, scale=rate)."""
+    return ScipyScalar("Lomax", lambda shape, rate: stats.lomax(shape, scale=rate),
+                       {"shape": shape, "rate": rate}, plates)
+
+
+def beta_prime(k, shape, rate, plates):
+    """Gamma(k, rate r) with r ~ Gamma(shape, rate): beta-prime(k, shape, scale=rate)."""
+    return ScipyScalar("beta-prime", lambda k, shape, rate: stats.betaprime(k, shape, scale=rate),
+                       {"k": k, "shape": shape, "rate": rate}, plates)
+
+
+# ---- labels ----------------------------------------------------------------------------
+class CategoricalPredictive(Predictive):
+    """Labels 0..K-1 with probabilities ``probs`` (plates + (K,)); ``mean`` is ``probs``
+    (as for a Categorical posterior), ``var`` = p (1 - p)."""
+
+    name = "Categorical"
+    discrete = True
+
+    def __init__(self, probs, plates):
+        super().__init__(plates)
+        self.probs = _bcast(probs, self.plates, 1)
+
+    @property
+    def mean(self):
+        return self.probs
+
+    @property
+    def var(self):
+        return self.probs * (1.0 - self.probs)
+
+    def logpdf(self, values):
+        x = np.asarray(values)
+        K = self.probs.shape[-1]
+        shape = np.broadcast_shapes(x.shape, self.plates)
+        lab = np.broadcast_to(x, shape).astype(np.intp)
+        ok = (lab >= 0) & (lab < K)
+        p = np.take_along_axis(np.broadcast_to(self.probs, shape + (K,)),
+                               np.where(ok, lab, 0)[..., None], axis=-1)[..., 0]
+        with np.errstate(divide="ignore"):
+            return np.where(ok, np.log(p), -np.inf)
+
+    def sample(self, size=None, seed=None):
+        cdf = np.cumsum(self.probs, axis=-1)
+        u = _rng(seed).random(_size(size) + self.plates) * cdf[..., -1]
+        return (cdf <= u[..., None]).sum(axis=-1).astype(np.int64)
+
+    def to_scipy(self):
+        ks = np.arange(self.probs.shape[-1])
+        make = lambda i: stats.rv_discrete(values=(ks, self.probs[i]))()  # noqa: E731
+        return make(()) if not self.plates else object_array(self.plates, make)
+
+    def _take(self, idx):
+        p = self.probs[idx]
+        return CategoricalPredictive(p, p.shape[:-1])
+
+    def _broadcast(self, plates):
+        return CategoricalPredictive(self.probs, plates)
+
+
+# ---- count vectors ---------------------------------------------------------------------
+class DirichletMultinomial(Predictive):
+    """Multinomial(n, p) with p ~ Dirichlet(alpha): count vectors (plates + (K,))."""
+
+    name = "Dirichlet-multinomial"
+    value_ndim = 1
+    discrete = True
+
+    def __init__(self, n, alpha, plates):
+        super().__init__(plates)
+        self.n = _bcast(n, self.plates)
+        self.alpha = _bcast(alpha, self.plates, 1)
+
+    @property
+    def mean(self):
+        a0 = self.alpha.sum(-1, keepdims=True)
+        return self.n[..., None] * self.alpha / a0
+
+    @property
+    def cov(self):
+        a0 = self.alpha.sum(-1)
+        p = self.alpha / a0[..., None]
+        c = (self.n * (a0 + self.n) / (a0 + 1.0))[..., None, None]
+        return c * (np.einsum("...i,ij->...ij", p, np.eye(p.shape[-1])) - p[..., :, None] * p[..., None, :])
+
+    @property
+    def var(self):
+        return np.diagonal(self.cov, axis1=-2, axis2=-1).copy()
+
+    def logpdf(self, values):
+        x = np.asarray(values, dtype=float)
+        a, n = self.alpha, self.n
+        a0 = a.sum(-1)
+        ok = np.all((x >= 0) & (x == np.round(x)), axis=-1) & (x.sum(-1) == n)
+        out = (gammaln(a0) + gammaln(n + 1.0) - gammaln(n + a0)
+               + np.sum(gammaln(x + a) - gammaln(a) - gammaln(x + 1.0), axis=-1))
+        return np.where(ok, out, -np.inf)
+
+    def sample(self, size=None, seed=None):
+        rng = _rng(seed)
+        shape = _size(size) + self.plates
+        g = rng.gamma(np.broadcast_to(self.alpha, shape + self.alpha.shape[-1:]))
+        p = g / g.sum(-1, keepdims=True)
+        return rng.multinomial(np.broadcast_to(self.n, shape).astype(np.int64), p)
+
+    def to_scipy(self):
+        make = lambda i: stats.dirichlet_multinomial(self.alpha[i], int(self.n[i]))  # noqa: E731
+        return make(()) if not self.plates else object_array(self.plates, make)
+
+    def _take(self, idx):
+        n = self.n[idx]
+        return DirichletMultinomial(n, self.alpha[idx], n.shape)
+
+    def _broadcast(self, plates):
+        return DirichletMultinomial(self.n, self.alpha, plates)
+
+
+# ---- vectors: multivariate normal and multivariate t ----------------------------------
+class MultivariateT(Predictive):
+    """Multivariate t (``df`` = inf: multivariate normal) with location ``loc``
+    (plates + (D,)) and shape matrix ``shape`` (cov = shape df/(df - 2)).
+
+    ``free`` (plates + (D,), bool; default all True) marks the coordinates that are
+    random: after :meth:`condition` the observed coordinates are fixed at their
+    values, ``logpdf`` scores the free coordinates only and ``cov`` is zero on the
+    fixed ones."""
+
+    value_ndim = 1
+
+    def __init__(self, df, loc, shape, plates, free=None):
+        super().__init__(plates)
+        self.df = _bcast(df, self.plates)
+        self.loc = _bcast(loc, self.plates, 1)
+        self.shape = _bcast(shape, self.plates, 2)
+        D = self.loc.shape[-1]
+        self.free = np.ones(self.plates + (D,), bool) if free is None else \
+            np.broadcast_to(np.asarray(free, bool), self.plates + (D,))
+        self.name = "multivariate normal" if np.all(np.isinf(self.df)) else "multivariate t"
+
+    @property
+    def mean(self):
+        return np.where(self.df[..., None] > 1, self.loc, np.nan)
+
+    @property
+    def cov(self):
+        df = self.df
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(np.isinf(df), 1.0, df / (df - 2.0))
+        c = np.where(df > 2, c, np.inf)[..., None, None]
+        return np.where(self.shape == 0, 0.0, self.shape * c)
+
+    @property
+    def var(self):
+        return np.diagonal(self.cov, axis1=-2, axis2=-1).copy()
+
+    def _patterns(self, extra=None):
+        """Entries grouped by their pattern of free coordinates (and of ``extra``)."""
+        flat = self.free.reshape(-1, self.free.shape[-1])
+        key = flat if extra is None else np.concatenate([flat, extra.reshape(flat.shape)], axis=1)
+        pats, inv = np.unique(key, axis=0, return_inverse=True)
+        return pats, np.ravel(inv)
+
+    def logpdf(self, values):
+        x = np.asarray(values, dtype=float)
+        plates = np.broadcast_shapes(x.shape[:-1], self.plates)
+        D = self.loc.shape[-1]
+        me = self.broadcast(plates)
+        xf = np.broadcast_to(x, plates + (D,)).reshape(-1, D)
+        loc, S = me.loc.reshape(-1, D), me.shape.reshape(-1, D, D)
+        df = me.df.reshape(-1)
+        out = np.zeros(xf.shape[0])
+        pats, inv = me._patterns()
+        for j, pat in enumerate(pats):
+            rows = inv == j
+            d = int(pat.sum())
+            if d == 0:
+                continue
+            out[rows] = _mvt_logpdf(xf[rows][:, pat], loc[rows][:, pat],
+                                    S[rows][:, pat][:, :, pat], df[rows])
+        return out.reshape(plates)
+
+    def _broadcast(self, plates):
+        return MultivariateT(np.broadcast_to(self.df, plates), self.loc, self.shape, plates,
+                             np.broadcast_to(self.free, plates + self.free.shape[-1:]))
+
+    def condition(self, values):
+        """Condition each entry on the finite coordinates of ``values`` (plates + (D,),
+        NaN = unknown): returns (log density of the observed coordinates, the
+        conditional predictive of the others). The t-conditional has df + d_o degrees of
+        freedom (d_o observed coordinates) and its shape is scaled by (df + delta)/(df + d_o);
+        with df = inf it is the Gaussian conditional."""
+        x = np.asarray(values, dtype=float)
+        D = self.loc.shape[-1]
+        plates = np.broadcast_shapes(x.shape[:-1], self.plates)
+        xb = np.broadcast_to(x, plates + (D,)).reshape(-1, D)
+        obs = np.isfinite(xb)
+        loc = np.array(np.broadcast_to(self.loc, plates + (D,)).reshape(-1, D))
+        S = np.array(np.broadcast_to(self.shape, plates + (D, D)).reshape(-1, D, D))
+        df = np.array(np.broadcast_to(self.df, plates).reshape(-1))
+        ll = np.zeros(len(xb))
+        new_df = df.copy()
+        pats, inv = np.unique(obs, axis=0, return_inverse=True)
+        inv = np.ravel(inv)
+        for j, o in enumerate(pats):
+            if not o.any():
+                continue
+            rows = np.flatnonzero(inv == j)
+            m = ~o
+            Soo = S[rows][:, o][:, :, o]
+            dx = xb[rows][:, o] - loc[rows][:, o]
+            ll[rows] = _mvt_logpdf(xb[rows][:, o], loc[rows][:, o], Soo, df[rows])
+            sol = np.linalg.solve(Soo, dx[..., None])[..., 0]             # Soo^-1 dx
+            delta = np.einsum("ni,ni->n", dx, sol)
+            do = int(o.sum())
+            dfr = df[rows]
+            with np.errstate(invalid="ignore"):
+                factor = np.where(np.isinf(dfr), 1.0, (dfr + delta) / (dfr + do))
+            new_df[rows] = dfr + do
+            Smo = S[rows][:, m][:, :, o]
+            lm = loc[rows][:, m] + np.einsum("nij,nj->ni", Smo, sol)
+            Smm = S[rows][:, m][:, :, m] - Smo @ np.linalg.solve(Soo, np.swapaxes(Smo, -1, -2))
+            Lr, Sr = loc[rows], np.zeros((len(rows), D, D))
+            Lr[:, m] = lm
+            Lr[:, o] = xb[rows][:, o]
+            Sr[np.ix_(np.arange(len(rows)), m, m)] = factor[:, None, None] * Smm
+            loc[rows], S[rows] = Lr, Sr
+        free = ~obs & np.broadcast_to(self.free, plates + (D,)).reshape(-1, D)
+        cond = MultivariateT(new_df.reshape(plates), loc.reshape(plates + (D,)),
+                             S.reshape(plates + (D, D)), plates, free.reshape(plates + (D,)))
+        return ll.reshape(plates), cond
+
+    def sample(self, size=None, seed=None):
+        rng = _rng(seed)
+        shape = _size(size) + self.plates
+        D = self.loc.shape[-1]
+        w, V = np.linalg.eigh(self.shape)
+        root = V * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
+        z = np.einsum("...ij,...j->...i", root, rng.standard_normal(shape + (D,)))
+        df = np.broadcast_to(self.df, shape)
+        g = np.where(np.isinf(df), 1.0, rng.chisquare(np.where(np.isinf(df), 1.0, df)) /
+                     np.where(np.isinf(df), 1.0, df))
+        return self.loc + z / np.sqrt(g)[..., None]
+
+    def to_scipy(self):
+        def make(i):
+            if not self.free[i].all():
+                raise NotImplementedError("a conditioned predictive has fixed coordinates; scipy "
+                                          "has no such distribution")
+            if np.isinf(self.df[i]):
+                return stats.multivariate_normal(self.loc[i], self.shape[i])
+            return stats.multivariate_t(loc=self.loc[i], shape=self.shape[i], df=float(self.df[i]))
+        return make(()) if not self.plates else object_array(self.plates, make)
+
+    def _take(self, idx):
+        df = self.df[idx]
+        return MultivariateT(df, self.loc[idx], self.shape[idx], df.shape, self.free[idx])
+
+
+def _mvt_logpdf(x, loc, S, df):
+    """log density of rows x (n, d) under t(df) / normal (df = inf) with shape S (n, d, d)."""
+    d = x.shape[-1]
+    L = np.linalg.cholesky(S)
+    z = np.linalg.solve(L, (x - loc)[..., None])[..., 0]
+    delta = np.sum(z * z, axis=-1)
+    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    gauss = -0.5 * delta - 0.5 * d * LOG2PI - 0.5 * logdet
+    dff = np.where(np.isinf(df), 1.0, df)
+    t = (gammaln(0.5 * (dff + d)) - gammaln(0.5 * dff) - 0.5 * d * np.log(dff * np.pi)
+         - 0.5 * logdet - 0.5 * (dff + d) * np.log1p(delta / dff))
+    return np.where(np.isinf(df), gauss, t)
+
+
+# ---- exact family and Monte Carlo ------------------------------------------------------
+class FamilyPredictive(Predictive):
+    """The conditional itself (every parent fixed): the node's family at ``nat``."""
+
+    def __init__(self, family, nat, plates):
+        super().__init__(plates)
+        self.family = family
+        self.value_ndim = family.value_ndim
+        self.nat = tuple(_bcast(a, self.plates, k) for a, k in zip(nat, family.event_ndims))
+        self.name = family.name
+        self.discrete = family.name in ("Bernoulli", "Binomial", "Poisson", "Categorical",
+                                        "Multinomial")
+
+    @property
+    def mean(self):
+        return self.family.mean(self.nat)
+
+    @property
+    def var(self):
+        return self.family.var(self.nat)
+
+    @property
+    def cov(self):
+        return self.family.cov(self.nat)
+
+    @property
+    def probs(self):
+        return self.family.mean(self.nat)
+
+    def logpdf(self, values):
+        return self.family.logpdf(values, self.nat)
+
+    def sample(self, size=None, seed=None):
+        return self.family.sample(self.nat, _rng(seed), size)
+
+    def to_scipy(self):
+        return self.family.to_scipy(self.nat)
+
+    def _take(self, idx):
+        nat = tuple(a[idx] for a in self.nat)
+        k0 = self.family.event_ndims[0]
+        return FamilyPredictive(self.family, nat, nat[0].shape[:nat[0].ndim - k0])
+
+    def _broadcast(self, plates):
+        return FamilyPredictive(self.family, self.nat, plates)
+
+
+class MonteCarloPredictive(Predictive):
+    """E_q[p(x | parents)] by S draws of the parents from q (mean field: each parent
+    from its own q): ``logpdf`` = log of the mean density over the draws, ``mean``
+    and ``var`` by the laws of total expectation and variance over the draws unless
+    the factor gives them exactly, ``sample`` draws fresh parents for every value."""
+
+    exact = False
+
+    def __init__(self, family, nat_draws, plates, draw_nat=None, mean=None, var=None):
+        super().__init__(plates)
+        self.family = family
+        self.value_ndim = family.value_ndim
+        self.name = f"{family.name} (Monte Carlo over q, {np.shape(nat_draws[0])[0]} draws)"
+        self.nat = tuple(np.broadcast_to(a, a.shape[:1] + self.plates + a.shape[a.ndim - k:] if k
+                                         else a.shape[:1] + self.plates)
+                         for a, k in zip(nat_draws, family.event_ndims))
+        self._draw_nat = draw_nat
+        self._mean, self._var = mean, var
+
+    @property
+    def probs(self):
+        return self.mean
+
+    @property
+    def n_draws(self):
+        return self.nat[0].shape[0]
+
+    @property
+    def mean(self):
+        if self._mean is not None:
+            return self._mean
+        return np.mean(self.family.mean(self.nat), axis=0)
+
+    @property
+    def var(self):
+        if self._var is not None:
+            return self._var
+        m = self.family.mean(self.nat)
+        return np.mean(self.family.var(self.nat), axis=0) + np.var(m, axis=0)
+
+    @property
+    def cov(self):
+        m = self.family.mean(self.nat)
+        c = self.family.cov(self.nat)
+        mm = np.mean(m, axis=0)
+        d = m - mm
+        return np.mean(c, axis=0) + np.mean(d[..., :, None] * d[..., None, :], axis=0)
+
+    def logpdf(self, values):
+        return logsumexp(self.family.logpdf(values, self.nat), axis=0) - np.log(self.n_draws)
+
+    def sample(self, size=None, seed=None):
+        rng = _rng(seed)
+        shape = _size(size)
+        n = int(np.prod(shape, dtype=int)) if shape else 1
+        if self._draw_nat is not None:   # fresh parent draws: exact draws from the predictive
+            nat = self._draw_nat(n, rng)
+            nat = tuple(np.broadcast_to(a, (n,) + self.plates + a.shape[a.ndim - k:] if k
+                                        else (n,) + self.plates)
+                        for a, k in zip(nat, self.family.event_ndims))
+        else:
+            pick = rng.integers(self.n_draws, size=n)
+            nat = tuple(a[pick] for a in self.nat)
+        x = self.family.sample(nat, rng, None)
+        return x.reshape(shape + x.shape[1:]) if shape else x[0]
+
+    def _take(self, idx):
+        sl = (slice(None),) + idx
+        nat = tuple(a[sl] for a in self.nat)
+        k0 = self.family.event_ndims[0]
+        plates = nat[0].shape[1:nat[0].ndim - k0]
+        sub = lambda a: None if a is None else a[idx]  # noqa: E731
+        return MonteCarloPredictive(self.family, nat, plates, None, sub(self._mean), sub(self._var))
+
+    def _broadcast(self, plates):
+        b = lambda a: None if a is None else np.broadcast_to(a, plates)  # noqa: E731
+        return MonteCarloPredictive(self.family, self.nat, plates, self._draw_nat, b(self._mean),
+                                    b(self._var))
+
+
+# ---- mixtures --------------------------------------------------------------------------
+class MixturePredictive(Predictive):
+    """sum_k weights_k p_k(x): ``weights`` (plates + (K,)) are q(z) of each entry (or the
+    assignment probabilities of a new row), ``components`` a predictive with plates +
+    (K,)."""
+
+    def __init__(self, weights, components, plates):
+        super().__init__(plates)
+        self.weights = _bcast(weights, self.plates, 1)
+        self.components = components.broadcast(self.weights.shape)
+        self.value_ndim = components.value_ndim
+        self.discrete = components.discrete
+        self.exact = components.exact
+        self.name = f"mixture of {components.name}"
+
+    def _w(self, a, event):
+        return self.weights.reshape(self.weights.shape + (1,) * event) * a
+
+    @property
+    def _mean_ndim(self):
+        return 1 if self.components.name.startswith("Categorical") else self.value_ndim
+
+    @property
+    def mean(self):
+        k = self._mean_ndim
+        return np.sum(self._w(self.components.mean, k), axis=-(k + 1))
+
+    @property
+    def probs(self):
+        return self.mean
+
+    @property
+    def var(self):
+        m = self.mean
+        if self._mean_ndim != self.value_ndim:   # labels: p (1 - p) of the mixed p
+            return m * (1.0 - m)
+        if self.value_ndim:
+            return np.diagonal(self.cov, axis1=-2, axis2=-1).copy()
+        c = self.components
+        return np.sum(self.weights * (c.var + c.mean ** 2), axis=-1) - m ** 2
+
+    @property
+    def cov(self):
+        c = self.components
+        cm = c.mean
+        second = c.cov + cm[..., :, None] * cm[..., None, :]
+        m = self.mean
+        out = np.sum(self._w(second, 2), axis=-3) - m[..., :, None] * m[..., None, :]
+        free = getattr(c, "free", None)
+        if free is not None:      # coordinates fixed by conditioning in every component
+            f = np.any(free, axis=-2)
+            out = np.where(f[..., :, None] & f[..., None, :], out, 0.0)
+        return out
+
+    def _expand(self, values):
+        x = np.asarray(values)
+        k = self.value_ndim
+        return np.expand_dims(x, x.ndim - k)
+
+    def component_logpdf(self, values):
+        """log p_k(x) per entry and component (plates + (K,))."""
+        return self.components.logpdf(self._expand(values))
+
+    def responsibilities(self, values):
+        """p(component k | x) per entry: weights_k p_k(x) / p(x)."""
+        lw = np.log(self.weights) + self.component_logpdf(values)
+        return np.exp(lw - logsumexp(lw, axis=-1, keepdims=True))
+
+    def logpdf(self, values):
+        with np.errstate(divide="ignore"):
+            lw = np.log(self.weights)
+        return logsumexp(lw + self.component_logpdf(values), axis=-1)
+
+    def sample(self, size=None, seed=None):
+        rng = _rng(seed)
+        shape = _size(size) + self.plates
+        cdf = np.cumsum(self.weights, axis=-1)
+        u = rng.random(shape) * cdf[..., -1]
+        k = (cdf <= u[..., None]).sum(axis=-1)
+        x = self.components.sample(size, seed=rng)     # size + plates + (K,) + event
+        ev = self.value_ndim
+        x = np.broadcast_to(x, shape + x.shape[len(shape):])
+        idx = k.reshape(shape + (1,) * (ev + 1))       # the drawn component of each entry
+        idx = np.broadcast_to(idx, shape + (1,) + x.shape[len(shape) + 1:])
+        return np.take_along_axis(x, idx, axis=len(shape)).reshape(shape + x.shape[len(shape) + 1:])
+
+    def condition(self, values):
+        """Condition each entry on the finite coordinates of vector ``values`` (NaN =
+        unknown): the weights become p(k | observed coordinates), the components their
+        conditionals (the multivariate-t / normal conditional of the missing coordinates)."""
+        ll, comp = self.components.condition(self._expand(values))
+        with np.errstate(divide="ignore"):
+            lw = np.log(self.weights) + ll
+        r = np.exp(lw - logsumexp(lw, axis=-1, keepdims=True))
+        return MixturePredictive(r, comp, r.shape[:-1])
+
+    def to_scipy(self):
+        raise NotImplementedError("scipy has no mixture distributions; use logpdf, mean, var, "
+                                  "sample, or .weights and .components")
+
+    def _take(self, idx):
+        w = self.weights[idx]
+        comp = self.components.broadcast(self.weights.shape)
+        return MixturePredictive(w, comp[idx], w.shape[:-1])
+
+    def _broadcast(self, plates):
+        return MixturePredictive(self.weights, self.components.broadcast(
+            tuple(plates) + self.weights.shape[-1:]), plates)
+
+
+# ---------------------------------------------------------------------------------------
+# What a factor sees of its parents
+class ParentDist:
+    """One parent of a factor, as the predictive sees it.
+
+    ``kind``: ``"fixed"`` (a constant, data, or a point mass: ``value``), ``"q"``
+    (a fitted distribution: ``family`` and ``nat``; ``params`` in the constructor's
+    names) or ``"derived"`` (a deterministic node: drawn from its parents; a linear
+    predictor of a Gaussian q also has an exact ``mean`` and ``var``)."""
+
+    def __init__(self, node, kind, plates, family=None, nat=None, value=None, mask=None,
+                 draw=None, mean=None, var=None):
+        self.node, self.kind, self.plates = node, kind, tuple(plates)
+        self.family, self.nat, self.value, self.mask = family, nat, value, mask
+        self._draw, self._mean, self._var = draw, mean, var
+
+    @property
+    def fixed(self):
+        return self.kind == "fixed"
+
+    @property
+    def params(self):
+        return self.family.params_from_natural(self.nat)
+
+    @property
+    def gaussian(self):
+        """True when the parent's marginal is Gaussian (or a point): mean/var exact."""
+        if self.kind == "fixed":
+            return True
+        if self.kind == "q":
+            return self.family.name in ("Normal", "MultivariateNormal")
+        return self._mean is not None
+
+    @property
+    def mean(self):
+        if self.kind == "fixed":
+            return np.asarray(self.value, dtype=float)
+        if self.kind == "q":
+            return self.family.mean(self.nat)
+        return self._mean
+
+    @property
+    def var(self):
+        if self.kind == "fixed":
+            return np.zeros(np.shape(self.value))
+        if self.kind == "q":
+            return self.family.var(self.nat)
+        return self._var
+
+    @property
+    def cov(self):
+        if self.kind == "fixed":
+            v = np.asarray(self.value, dtype=float)
+            return np.zeros(v.shape + v.shape[-1:])
+        return self.family.cov(self.nat)
+
+    def draw(self, S, rng, cache):
+        """S values drawn from q: shape (S,) + plates + event (a pair for joint nodes).
+        Draws of one node are shared by every reader in the same predictive."""
+        key = id(self.node) if self.node is not None else id(self)
+        if key in cache:
+            return cache[key]
+        if self.kind == "fixed":
+            v = np.asarray(self.value)
+            out = np.broadcast_to(v, (S,) + v.shape)
+        elif self.kind == "q":
+            out = self.family.sample(self.nat, rng, S)
+        else:
+            out = self._draw(S, rng, cache)
+        cache[key] = out
+        return out
+
+    def take(self, idx):
+        """The entries ``idx`` of the first plate axis (a gather ``node[idx]``)."""
+        ev = self.family.event_ndims if self.family is not None else None
+        if self.kind == "fixed":
+            return ParentDist(self.node, "fixed", np.shape(idx) + self.plates[1:],
+                              family=self.family,
+                              value=np.take(np.broadcast_to(self.value, self.plates +
+                                                            np.shape(self.value)[len(self.plates):]),
+                                            idx, axis=0))
+        if self.kind == "q":
+            nat = tuple(np.take(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:]),
+                                idx, axis=0) for a, k in zip(self.nat, ev))
+            return ParentDist(None, "q", np.shape(idx) + self.plates[1:], family=self.family, nat=nat)
+        src = self
+
+        def draw(S, rng, cache):
+            return np.take(src.draw(S, rng, cache), idx, axis=1)
+        return ParentDist(None, "derived", np.shape(idx) + self.plates[1:], draw=draw)
+
+
+def dot_parent(X, w, node=None):
+    """The ParentDist of a = X w (a linear predictor) for the design rows ``X``."""
+    X = np.asarray(X, dtype=float)
+    plates = np.broadcast_shapes(X.shape[:-1], w.plates)
+    mean = var = None
+    if w.gaussian:
+        m = w.mean
+        mean = np.einsum("...d,...d->...", X, m)
+        var = np.zeros(mean.shape) if w.fixed else np.einsum("...d,...de,...e->...", X, w.cov, X)
+
+    def draw(S, rng, cache):
+        ws = w.draw(S, rng, cache)                                     # (S,) + w.plates + (D,)
+        ws = ws.reshape((S,) + (1,) * (len(plates) - len(w.plates)) + ws.shape[1:])
+        return np.einsum("...d,...d->...", X, ws)
+    return ParentDist(node, "derived", plates, draw=draw, mean=mean, var=var)
+
+
+class Context:
+    """Options of one predictive: Monte Carlo draws, the seed, and new inputs."""
+
+    def __init__(self, samples=2000, seed=0, inputs=None, values=None):
+        self.samples = int(samples)
+        self.rng = _rng(seed)
+        self.seed = seed
+        self.inputs = inputs or {}
+        self.values = values
+        self.cache = {}
+
+
+def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
+    """The Monte Carlo predictive of ``factor`` (the default of every factor): S draws of
+    the parents from q, each turned into the child's natural parameters eta(theta_s)
+    (``prior_natural`` at the moments T(theta_s) of a point is eta(theta_s))."""
+    fam = factor.node.family
+    n = len(plates)
+
+    def draw_nat(S, rng):
+        cache = {}
+        u = []
+        for i, pd in enumerate(q):
+            v = pd.draw(S, rng, cache)
+            extra = factor.draw_ndim(i, n) - len(pd.plates)   # line the plates up on the right
+
+            def pad(a):
+                a = np.asarray(a, dtype=float)
+                return a.reshape((S,) + (1,) * extra + a.shape[1:]) if extra > 0 else a
+            val = tuple(pad(a) for a in v) if isinstance(v, tuple) else pad(v)
+            u.append(slot_stats(factor, i, val))
+        return factor.draw_natural(u)
+
+    nat = draw_nat(ctx.samples, ctx.rng)
+    return MonteCarloPredictive(fam, nat, plates, draw_nat, mean, var)
+
+
+def slot_stats(factor, i, value):
+    """T(value) in slot i's family (a Categorical slot needs its K)."""
+    slot = factor.slots[i].family
+    if slot.is_label:
+        return slot.suff_stats(np.asarray(value).astype(int), K=factor.n_categories())
+    return slot.suff_stats(value)
+
+
+def fixed_predictive(factor, q, plates):
+    """Every parent fixed: the conditional itself, the node's family at eta(parents)."""
+    u = [slot_stats(factor, i, pd.value) for i, pd in enumerate(q)]
+    return FamilyPredictive(factor.node.family, factor.prior_natural(u), plates)
+
+
+# ---------------------------------------------------------------------------------------
+# node.predictive(): the parents as the factor sees them, new inputs, assignments
+def parent_dist(p, dots=None):
+    """The ParentDist of node ``p`` under the fitted q (``dots``: {Dot node: new X})."""
+    from .deterministic import Dot, Gather
+    from .node import Constant
+    dots = dots or {}
+    if isinstance(p, Constant):
+        return ParentDist(p, "fixed", p.plates, family=p.provides, value=p.value)
+    if p.deterministic:
+        if isinstance(p, Dot) and not hasattr(p.X, "moments"):
+            return dot_parent(dots.get(p, p.X), parent_dist(p.w, dots), node=None if p in dots else p)
+        if isinstance(p, Gather):
+            return parent_dist(p.source, dots).take(p.idx)
+        forward = getattr(p, "forward", None)
+        if forward is None:
+            raise TypeError(f"{p.label()}: a predictive through this deterministic node needs its "
+                            f"forward(values) map; it has none")
+        srcs = [parent_dist(a, dots) for a in p.parents]
+
+        def draw(S, rng, cache):
+            return forward(*[s.draw(S, rng, cache) for s in srcs])
+        return ParentDist(p, "derived", p.plates, draw=draw)
+    if getattr(p, "observed", False):
+        if p.value is None:
+            raise ValueError(f"{p.label()} holds streamed data; a predictive needs its values in "
+                             f"memory")
+        return ParentDist(p, "fixed", p.plates, family=p.family, value=p.value, mask=p.mask)
+    if getattr(p, "point", False):
+        return ParentDist(p, "fixed", p.plates, family=p.family, value=p.family.point_value(p.nat))
+    if not getattr(p, "fitted", False):
+        why = getattr(p, "unfitted_reason", None)
+        raise AttributeError(f"{p.label()} has no posterior{': ' + why if why else ' yet'}; fit the "
+                             f"model (model.fit(...) or model.load(path)) before asking for "
+                             f"predictions")
+    return ParentDist(p, "q", p.plates, family=p.family, nat=tuple(np.asarray(a) for a in p.nat))
+
+
+def _is_mixture(node):
+    return getattr(node, "factor", None) is not None and node.factor.selector() is not None
+
+
+def _assignment_children(node):
+    return [c for c in node.children if _is_mixture(c) and c.factor.selector() is node]
+
+
+def _resolve_inputs(node, inputs):
+    """Sort ``inputs`` into new design rows of Dot parents, new values of the node itself
+    (a mixture: new rows) and new values of mixture children (an assignment)."""
+    from .deterministic import Dot
+    dots, values, kids = {}, None, {}
+    dot_parents = [p for p in node.factor.parents if isinstance(p, Dot)]
+    children = _assignment_children(node)
+    if not isinstance(inputs, dict):
+        if _is_mixture(node):
+            return dots, inputs, kids
+        if len(dot_parents) == 1:
+            return {dot_parents[0]: inputs}, None, kids
+        if children:
+            raise TypeError(f"{node.label()}.predictive(inputs=...): give a dict of new values of "
+                            f"its mixture children {[c.name for c in children]}")
+        raise TypeError(f"{node.label()}.predictive(inputs=...): the node has no Dot(X, w) parent "
+                        f"and is not a Mixture, so there is no input to replace; give a dict "
+                        f"{{node name: new values}}")
+    named = {d.name: d for d in dot_parents}
+    named.update({c.name: c for c in children})
+    for key, v in inputs.items():
+        name = key if isinstance(key, str) else getattr(key, "name", key)
+        if name == node.name:
+            values = v
+        elif name in named and named[name] in dot_parents:
+            dots[named[name]] = v
+        elif name in named:
+            kids[named[name]] = v
+        else:
+            raise KeyError(f"{node.label()}.predictive(inputs=...): {name!r} is neither this node, "
+                           f"a Dot parent ({[d.name for d in dot_parents]}) nor a mixture child "
+                           f"({[c.name for c in children]})")
+    return dots, values, kids
+
+
+def _new_assignments(z, M, ctx):
+    """The predictive of the assignment z of M new rows (from z's parents alone)."""
+    qz = [parent_dist(p) for p in z.factor.parents]
+    for pd in qz:
+        if len(pd.plates) == len(z.plates) and z.plates and pd.plates[0] != 1:
+            raise ValueError(f"{z.label()}: its prior varies along the data axis ({pd.plates}), "
+                             f"so new rows have no prior assignment probabilities (LDA: fit the "
+                             f"new documents' topic mixtures instead, see docs/predict.md)")
+    plates = (M,) + tuple(z.plates[1:])
+    pred = z.factor.predictive(qz, plates, ctx)
+    with np.errstate(divide="ignore"):
+        logp = np.log(np.asarray(pred.probs, dtype=float))
+    return ParentDist(None, "q", plates, family=z.family, nat=(logp,))
+
+
+def _check_rows(node, values, what):
+    v = np.asarray(values, dtype=float)
+    vnd = node.family.value_ndim
+    tail = tuple(node.plates[1:])
+    if v.ndim != len(node.plates) + vnd or tuple(v.shape[1:len(node.plates)]) != tail:
+        ev = tuple(np.shape(node.value)[len(node.plates):]) if node.value is not None else ()
+        raise ValueError(f"{node.label()}.predictive(inputs=...): {what} must have shape "
+                         f"(M,) + {tail + ev} (M new rows; NaN = missing), got {v.shape}")
+    return v
+
+
+def node_predictive(node, inputs=None, samples=2000, seed=0):
+    """See :meth:`Stochastic.predictive`."""
+    factor = getattr(node, "factor", None)
+    if factor is None or getattr(node, "family", None) is None:
+        raise TypeError(f"{node.label()} has no predictive distribution")
+    ctx = Context(samples, seed)
+    dots, values, kids = ({}, None, {}) if inputs is None else _resolve_inputs(node, inputs)
+    q = [parent_dist(p, dots) for p in factor.parents]
+    plates = tuple(node.plates)
+    if values is not None:
+        if not _is_mixture(node):
+            raise TypeError(f"{node.label()}.predictive(inputs=...): new values of the node itself "
+                            f"are taken by mixtures only")
+        v = _check_rows(node, values, "the new rows")
+        M = v.shape[0]
+        z = factor.parents[0]
+        zq = _new_assignments(z, M, ctx)
+        q[0] = zq
+        plates = (M,) + tuple(node.plates[1:])
+        ctx.values = v
+    elif dots:
+        plates = tuple(factor.predictive_plates(q))
+    pred = factor.predictive(q, plates, ctx)
+    children = _assignment_children(node)
+    if kids or (children and node.observed):
+        pred = _condition_assignment(node, pred, kids, ctx)
+    return pred
+
+
+def _condition_assignment(z, pred, kids, ctx):
+    """An assignment (a Categorical that picks the components of Mixture children) given
+    its children's observed cells: p(z = k | cells) proportional to p(z = k) prod_cells
+    p_k(cell) with the components' predictives (exact under q of the parameters).
+    ``kids``: {child: new values} for new rows; otherwise the children's own data."""
+    probs = np.asarray(pred.probs, dtype=float)
+    if kids:
+        Ms = {np.shape(v)[0] for v in kids.values()}
+        if len(Ms) != 1:
+            raise ValueError(f"{z.label()}.predictive(inputs=...): the children's new rows differ in "
+                             f"number ({sorted(Ms)})")
+        M = Ms.pop()
+        zplates = (M,) + tuple(z.plates[1:])
+        zq = _new_assignments(z, M, ctx)
+        logw = np.broadcast_to(zq.nat[0], zplates + zq.nat[0].shape[-1:])
+        items = [(c, _check_rows(c, v, f"inputs[{c.name!r}]")) for c, v in kids.items()]
+    else:
+        zplates = tuple(z.plates)
+        with np.errstate(divide="ignore"):
+            logw = np.log(np.broadcast_to(probs, zplates + probs.shape[-1:]))
+        items = []
+        for c in _assignment_children(z):
+            if not c.observed or c.value is None:
+                continue
+            v = np.asarray(c.value, dtype=float)
+            if c.mask is not None:
+                m = np.broadcast_to(np.asarray(c.mask, bool), c.plates)
+                v = np.where(m.reshape(m.shape + (1,) * c.family.value_ndim), v, np.nan)
+            items.append((c, v))
+    ll = 0.0
+    for c, v in items:
+        qc = [parent_dist(p) for p in c.factor.parents]
+        comp = c.factor.component_predictive(qc, ctx)
+        part, _ = c.factor.assignment_loglik(comp, v, zplates)
+        ll = ll + part
+    lw = logw + ll
+    lw = lw - lw.max(axis=-1, keepdims=True)
+    r = np.exp(lw)
+    r /= r.sum(axis=-1, keepdims=True)
+    return CategoricalPredictive(r, zplates)
+
+
+def log_predictive(node, values, mask=None, inputs=None, samples=2000, seed=0):
+    """sum over entries of log p(values | data) under the fitted q: held-out scoring
+    (``node.predictive(inputs).log_predictive(values, mask)``)."""
+    return node.predictive(inputs=inputs, samples=samples, seed=seed).log_predictive(values, mask)

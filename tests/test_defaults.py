@@ -1,0 +1,216 @@
+"""Right answers by default: fit(method) with no options finds good optima.
+
+The scheduler, not the caller, owns the start (k-means for mixtures over data, diffuse
+for per-entry mixture weights), the schedule of the local block (batch VB with
+per-entry convergence), restarts, and what counts as converged (never a symmetric
+saddle point). Each test here passes no option beyond the method (and a seed)."""
+import warnings
+
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score
+
+import blrgraph as bg
+from blrgraph.inference.loop import ConvergenceWarning
+
+
+def gmm(X, K, name="y"):
+    N, D = X.shape
+    w = bg.Dirichlet(np.ones(K), name="w")
+    theta = bg.NormalWishart(np.zeros(D), 0.01, D + 2.0, np.eye(D) / (D + 2.0), plates=(K,),
+                             name="theta")
+    z = bg.Categorical(w, plates=(N,), name="z")
+    y = bg.Mixture(z, bg.MultivariateNormal, theta, name=name).observe(X)
+    return bg.Model(y), w, theta, z
+
+
+def test_docs_gmm_at_10000_rows_separates_its_components():
+    """docs/index.md's example with 10,000 rows: the components land on the two clusters
+    (was: both at the overall mean after 3 sweeps, converged=True, from a random start)."""
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal([0, 0], 1.0, size=(5000, 2)),
+                        rng.normal([5, 5], 1.0, size=(5000, 2))])
+    model, w, theta, z = gmm(X, 2)
+    fit = model.fit("vmp", seed=0)
+    assert fit.converged
+    mu = theta.posterior.mean[0]
+    order = np.argsort(mu[:, 0])
+    np.testing.assert_allclose(mu[order], [[0, 0], [5, 5]], atol=0.1)
+    np.testing.assert_allclose(np.sort(w.posterior.mean), [0.5, 0.5], atol=0.02)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_three_clear_clusters_are_found(seed):
+    rng = np.random.default_rng(10 + seed)
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 5.0]])
+    labels = np.repeat(np.arange(3), 300)
+    X = centres[labels] + rng.normal(size=(900, 2))
+    model, w, theta, z = gmm(X, 3)
+    model.fit("vmp", seed=seed)
+    ari = adjusted_rand_score(labels, z.posterior.mean.argmax(1))
+    assert ari >= 0.95
+
+
+def test_lda_from_nodes_recovers_the_topics():
+    """LDA declared from nodes, plain fit("vmp"): Hungarian-matched cosine >= 0.9."""
+    rng = np.random.default_rng(0)
+    K, V, D, L = 4, 40, 300, 80
+    topics = np.full((K, V), 0.002)
+    for k in range(K):
+        topics[k, k * 10:(k + 1) * 10] = 1.0
+    topics /= topics.sum(1, keepdims=True)
+    theta_true = rng.dirichlet(0.3 * np.ones(K), size=D)
+    counts = np.array([rng.multinomial(L, theta_true[d] @ topics) for d in range(D)])
+    doc, word = np.nonzero(counts)
+    theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=counts[doc, word])
+    fit = bg.Model(y).fit("vmp", seed=0)
+    assert fit.converged
+    assert np.all(np.diff(fit.elbo_trace[-20:]) >= -1e-9 * np.abs(fit.elbo_trace[-1]))
+    est = phi.posterior.mean
+    cos = (est / np.linalg.norm(est, axis=1, keepdims=True)) @ \
+        (topics / np.linalg.norm(topics, axis=1, keepdims=True)).T
+    r, c = linear_sum_assignment(-cos)
+    assert np.all(cos[r, c] >= 0.9), cos[r, c]
+    assert max(fit.local_sweeps) > 1  # the local block iterated (batch VB)
+
+
+def _hard_data(seed=3):
+    """Five clusters of different sizes: different starts reach different optima."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 4, size=(5, 2))
+    sizes = [200, 100, 60, 30, 10]
+    return np.concatenate([c + rng.normal(size=(s, 2)) for c, s in zip(centres, sizes)])
+
+
+def test_restarts_return_the_best_of_r_and_list_every_elbo():
+    X = _hard_data()
+    elbos = []
+    for s in range(4):
+        m, *_ = gmm(X, 5)
+        elbos.append(m.fit("vmp", seed=10 + s, init="random").elbo)
+    model, w, theta, z = gmm(X, 5)
+    fit = model.fit("vmp", seed=10, restarts=4, init="random")
+    assert len(fit.restart_elbos) == 4 and fit.restart_seeds == [10, 11, 12, 13]
+    np.testing.assert_allclose(fit.restart_elbos, elbos, rtol=1e-12)
+    assert fit.elbo == max(elbos) and fit.best_restart == int(np.argmax(elbos))
+    # the nodes are left at the best start: their ELBO is the best one
+    np.testing.assert_allclose(bg.elbo(model), max(elbos), rtol=1e-12)
+    assert model.fit_result is fit
+
+
+def test_an_explicit_start_gives_identical_iterates_twice():
+    X = _hard_data()
+    R0 = np.random.default_rng(5).dirichlet(np.ones(5), size=len(X))
+    a, wa, ta, za = gmm(X, 5)
+    b, wb, tb, zb = gmm(X, 5)
+    fa = a.fit("vmp", init=R0, max_iter=30, seed=1)
+    fb = b.fit("vmp", init={"z": R0}, max_iter=30, seed=2)   # the seed plays no part
+    np.testing.assert_array_equal(fa.elbo_trace, fb.elbo_trace)
+    np.testing.assert_array_equal(za.posterior.mean, zb.posterior.mean)
+    with pytest.raises(ValueError, match=r"shape \(400, 5\)"):
+        a.fit("vmp", init=R0[:10])
+    with pytest.raises(ValueError, match="not a mixture assignment"):
+        a.fit("vmp", init={"w": R0})
+
+
+def test_a_fit_started_at_a_symmetric_point_does_not_end_there_converged():
+    """Uniform responsibilities make every component the same: coordinate ascent alone
+    stays there. The scheduler notices, splits the tied components and goes on."""
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.normal([0, 0], 1.0, size=(150, 2)),
+                        rng.normal([6, 6], 1.0, size=(150, 2))])
+    model, w, theta, z = gmm(X, 2)
+    with pytest.warns(ConvergenceWarning, match="saddle point"):
+        fit = model.fit("vmp", init=np.full((300, 2), 0.5), seed=0)
+    mu = theta.posterior.mean[0]
+    assert np.linalg.norm(mu[0] - mu[1]) > 5   # the components separated
+    assert fit.converged
+
+
+def test_empty_components_at_the_prior_are_not_a_saddle():
+    """K larger than the clusters: the extra components are empty and equal to the prior
+    (a genuine optimum of a Bayesian mixture), so no warning and converged=True."""
+    rng = np.random.default_rng(4)
+    X = rng.normal([3, 3], 1.0, size=(200, 2))
+    w = bg.Dirichlet(0.01 * np.ones(4), name="w")
+    theta = bg.NormalWishart(np.zeros(2), 0.01, 4.0, np.eye(2) / 4.0, plates=(4,), name="theta")
+    z = bg.Categorical(w, plates=(200,), name="z")
+    y = bg.Mixture(z, bg.MultivariateNormal, theta, name="y").observe(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = bg.Model(y).fit("vmp", seed=0)
+    assert fit.converged
+
+
+def test_map_makes_every_node_a_point_mass():
+    X = _hard_data()
+    model, w, theta, z = gmm(X, 5)
+    fit = model.fit("map", seed=0)
+    assert all(n.posterior.is_point for n in (w, theta, z))
+    r = z.posterior.mean
+    assert np.all((r == 0) | (r == 1))          # hard assignments
+    assert np.all(np.diff(fit.elbo_trace) >= -1e-9 * np.abs(fit.elbo_trace[1:]))
+
+
+def test_rho_damps_the_same_way_from_fit_and_from_a_method():
+    X = _hard_data()
+    a, *_ = gmm(X, 5)
+    b, *_ = gmm(X, 5)
+    fa = a.fit("vmp", rho=0.5, seed=0, max_iter=40)
+    fb = b.fit(bg.Method("damped_vmp", rho=0.5), seed=0, max_iter=40)
+    np.testing.assert_array_equal(fa.elbo_trace, fb.elbo_trace)
+    c, *_ = gmm(X, 5)
+    fc = c.fit("vmp", seed=0, max_iter=40)
+    assert not np.allclose(fa.elbo_trace[:5], fc.elbo_trace[:5])  # damping changes the path
+    assert fa.n_iter > fc.n_iter or not fa.converged
+
+
+@pytest.mark.parametrize("opts, text", [
+    (dict(rho=0), "rho must be a finite number > 0.0 and <= 1.0"),
+    (dict(rho=1.5), "rho must be"),
+    (dict(tol=float("nan")), "tol must be a finite number >= 0"),
+    (dict(tol=-1.0), "tol must be"),
+    (dict(tol="1e-3"), "tol must be"),
+    (dict(max_iter=0), "max_iter must be an integer >= 1"),
+    (dict(max_iter=2.5), "max_iter must be an integer"),
+    (dict(seed=-1), "seed must be an integer >= 0"),
+    (dict(restarts=0), "restarts must be an integer >= 1"),
+    (dict(init="kmeans+"), "init='kmeans\\+'"),
+])
+def test_fit_options_are_refused_before_anything_changes(opts, text):
+    X = _hard_data()
+    model, w, theta, z = gmm(X, 5)
+    before = [np.array(a) for a in theta.nat]
+    with pytest.raises(ValueError, match=text):
+        model.fit("vmp", **opts)
+    for a, b in zip(theta.nat, before):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(AttributeError):
+        theta.posterior  # not marked fitted
+
+
+@pytest.mark.parametrize("opts, text", [
+    (dict(epochs=0), "epochs must be an integer >= 1"),
+    (dict(max_steps=0), "max_steps must be an integer >= 1"),
+    (dict(batch_size=0), "batch_size must be an integer >= 1"),
+    (dict(batch_size=2.5), "batch_size must be an integer"),
+    (dict(tau=float("nan")), "tau must be a finite number >= 0"),
+    (dict(kappa=0.5), "kappa must be a finite number > 0.5 and <= 1.0"),
+    (dict(kappa=1.5), "kappa must be"),
+])
+def test_svi_options_are_refused_naming_the_option(opts, text):
+    model, *_ = gmm(_hard_data(), 5)
+    with pytest.raises(ValueError, match=text):
+        model.fit("svi", **opts)
+
+
+def test_options_of_another_kind_of_method_are_refused():
+    model, *_ = gmm(_hard_data(), 5)
+    with pytest.raises(TypeError, match=r"\['batch_size'\] are options of the stochastic"):
+        model.fit("vmp", batch_size=10)
+    with pytest.raises(TypeError, match="unexpected options"):
+        model.fit("vmp", max_iters=10)
