@@ -19,11 +19,12 @@ prior on the component means vague (scikit-learn's beta0 = 1 says a component's
 mean lies within about one component-width of the data mean, which pulls
 well-separated components towards the centre and widens them).
 
-Missing cells: with ``covariance="diag"`` each cell is its own observation and
-the mask leaves out exactly the missing ones. A full covariance couples the
-cells of a row; rows with a missing cell are masked out of the fit (a warning
-says how many) and get their cluster probabilities afterwards from the
-posterior predictive of their observed cells (:func:`predict_proba`).
+Missing cells: every observed cell counts. With ``covariance="diag"`` each cell
+is its own observation and the mask leaves out exactly the missing ones. With
+``covariance="full"`` the mask has the table's shape: a row's missing coordinates
+are latent variables, Gaussian given the row's component (Ghahramani & Jordan 1994;
+docs/api.md "Masks"), so a partly observed row counts through its observed cells.
+A row with no observed cell is masked out of the fit (it integrates out exactly).
 
     import gmm
     model = gmm.build(df, k=3, columns=["a", "b"])
@@ -39,8 +40,6 @@ rows, the same model and results (docs/models/gmm.md, "SVI")::
     fit = model.fit("svi", seed=0, **model.meta["fit_options_by_method"]["svi"])
 """
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 from scipy import stats
@@ -74,13 +73,8 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
         theta = bg.NormalWishart(m0, beta0, nu0, D * np.linalg.inv(C) / nu0, plates=(k,),
                                  name="theta")
         z = bg.Categorical(w, plates=(N,), name="z")
-        complete = mask.all(axis=1)
-        if not complete.all():
-            warnings.warn(f"gmm: {int((~complete).sum())} of {N} rows have missing cells; with "
-                          f"covariance='full' they are masked out of the fit and get cluster "
-                          f"probabilities from the posterior predictive of their observed cells "
-                          f"(covariance='diag' uses every observed cell)", stacklevel=2)
-        x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=complete)
+        # a per-cell mask: missing coordinates of a row are latent (every observed cell counts)
+        x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=mask)
     else:
         a0 = 1.0
         b0 = a0 * np.diag(C) / D
@@ -114,7 +108,9 @@ def _data_mean_cov(X, mask):
         C = np.atleast_2d(np.cov(X[complete].T))
     else:
         C = np.diag(var)
-    C = C + 1e-6 * np.mean(np.diag(C)) * np.eye(D)    # a constant column would be singular
+    # a constant column would be singular: a jitter on each column's own scale (one shared
+    # jitter, 1e-6 x the mean variance, swamped a column whose scale is far below the others')
+    C = C + 1e-6 * np.diag(var)
     return m0, C
 
 
@@ -252,16 +248,15 @@ def _as_matrix(X_new, columns):
 
 
 def assignments(fit):
-    """(N, K) cluster probabilities of the training rows (rows left out of a
-    full-covariance fit: from the predictive of their observed cells)."""
+    """(N, K) cluster probabilities of the training rows (a row without any observed
+    cell, which the fit leaves out: E[w], from :func:`predict_proba`)."""
     model = io.fitted_model(fit, NAME)
     meta = model.meta
     r = io.responsibilities(model)
-    if meta["covariance"] == "full":
-        partial = ~meta["mask"].all(axis=1)
-        if partial.any():
-            r = r.copy()
-            r[partial] = predict_proba(model, np.where(meta["mask"], meta["X"], np.nan)[partial])
+    empty = ~meta["mask"].any(axis=1)
+    if empty.any():
+        r = np.array(r, dtype=float)
+        r[empty] = predict_proba(model, np.full((int(empty.sum()), meta["mask"].shape[1]), np.nan))
     return r
 
 

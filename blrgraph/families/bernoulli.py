@@ -27,9 +27,18 @@ class Bernoulli(ExponentialFamily):
     """Bernoulli(p), p = P(x = 1)."""
 
     name = "Bernoulli"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("p",)
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x != 0) & (x != 1), "0/1 values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, p, where=None):

@@ -39,6 +39,13 @@ class Beta(ExponentialFamily):
     event_ndims = (0, 0)
     value_ndim = 0
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x <= 0) | (x >= 1), "values strictly between 0 and 1"
+
+    def placeholder(self, event_shape):
+        return np.full(event_shape, 0.5)
+
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, a, b, where=None):
         return (check_positive(self.name, "a", a, where), check_positive(self.name, "b", b, where))

@@ -41,6 +41,13 @@ class Dirichlet(ExponentialFamily):
     event_ndims = (1,)
     value_ndim = 1
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.any(x <= 0, axis=-1) | (np.abs(x.sum(-1) - 1) > 1e-8), "points of the open simplex"
+
+    def placeholder(self, event_shape):
+        return np.full(event_shape, 1.0 / event_shape[-1])
+
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, alpha, where=None):
         arr = np.asarray(alpha, dtype=float) if np.ndim(alpha) else None

@@ -29,6 +29,13 @@ class Exponential(ExponentialFamily):
     event_ndims = (0,)
     value_ndim = 0
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return x < 0, "non-negative values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
+
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, rate, where=None):
         return (check_positive(self.name, "rate", rate, where),)

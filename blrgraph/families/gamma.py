@@ -36,6 +36,13 @@ class Gamma(ExponentialFamily):
     event_ndims = (0, 0)
     value_ndim = 0
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return x <= 0, "positive values"
+
+    def placeholder(self, event_shape):
+        return np.ones(event_shape)
+
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, shape, rate, where=None):
         a = check_positive(self.name, "shape", shape, where)

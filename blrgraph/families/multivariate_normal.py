@@ -37,6 +37,62 @@ class MultivariateNormal(ExponentialFamily):
     event_ndims = (1, 2)
     value_ndim = 1
     symmetric_stats = (1,)  # x x^T
+    #: a value's coordinates may be missing one by one (observe(X, mask) with a mask of X's
+    #: shape): the missing ones are latent, see :meth:`complete_cells`
+    cell_masks = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape[:-1], bool), "real vectors"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
+
+    def complete_cells(self, x, cells, nat):
+        """Expected statistics of partly observed vectors, their missing coordinates
+        latent (Ghahramani & Jordan 1994; docs/api.md "Masks").
+
+        ``x`` (plates + (D,)) holds the observed coordinates where ``cells`` is True;
+        ``nat`` = (eta1, eta2) are the natural parameters E[eta] that the vector's factor
+        gives it (plates broadcasting with x's). The optimal q(x_m) is proportional to
+        exp(<eta, T(x)>) with x_o fixed: Gaussian with precision P = -2 eta2[m, m] and
+        mean P^-1 (eta1[m] + 2 eta2[m, o] x_o). Returns (E[x], E[x x^T], H[q(x_m)]) over
+        the broadcast plates; complete entries give (x, x x^T, 0). The inverses are
+        computed once per missing pattern (and per entry of ``nat``), then the rows of
+        that pattern are filled in one vectorised step."""
+        eta1, eta2 = (np.asarray(a, dtype=float) for a in nat)
+        x = np.asarray(x, dtype=float)
+        cells = np.asarray(cells, dtype=bool)
+        D = x.shape[-1]
+        B = np.broadcast_shapes(x.shape[:-1], eta1.shape[:-1], eta2.shape[:-2])
+        xf = np.where(cells, x, 0.0)
+        Ex = np.array(np.broadcast_to(xf, B + (D,)))
+        H = np.zeros(B)
+        cov = np.zeros(B + (D, D))
+        inc = ~cells.all(axis=-1)
+        if inc.any():
+            cells_B = np.broadcast_to(cells, B + (D,))
+            inc_B = np.broadcast_to(inc, B)
+            for pattern in np.unique(cells[inc], axis=0):
+                m, o = np.flatnonzero(~pattern), np.flatnonzero(pattern)
+                sel = inc_B & (cells_B == pattern).all(axis=-1)
+                P = -2.0 * eta2[..., m[:, None], m[None, :]]       # nat plates, once per pattern
+                c = _chol(_sym(P), "the precision of the missing coordinates", self.name)
+                Pinv, _ = _inv_from_chol(c)
+                logdet = _chol_logdet(c)
+                rows = Ex[sel]                                           # (n, D) selected
+                e2 = np.broadcast_to(eta2[..., m[:, None], o[None, :]], B + (len(m), len(o)))[sel]
+                h = np.broadcast_to(eta1[..., m], B + (len(m),))[sel] + \
+                    2.0 * np.einsum("nij,nj->ni", e2, rows[:, o])
+                Pi = np.broadcast_to(Pinv, B + (len(m), len(m)))[sel]
+                rows[:, m] = np.einsum("nij,nj->ni", Pi, h)
+                Ex[sel] = rows
+                blk = cov[sel]
+                blk[:, m[:, None], m[None, :]] = Pi
+                cov[sel] = blk
+                H[sel] = np.broadcast_to(0.5 * len(m) * (1.0 + LOG2PI) - 0.5 * logdet, B)[sel]
+        Exx = np.einsum("...i,...j->...ij", Ex, Ex) + cov
+        return Ex, Exx, H
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):

@@ -33,6 +33,13 @@ class Normal(ExponentialFamily):
     event_ndims = (0, 0)
     value_ndim = 0
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape, bool), "real values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
+
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):
         m = check_finite(self.name, "mean", mean, where)

@@ -47,6 +47,8 @@ class NormalGamma(ExponentialFamily):
     param_names = ("mean", "beta", "shape", "rate")
     event_ndims = (0, 0, 0, 0)
     value_ndim = (0, 0)   # the value is a pair (mu, tau) of plate-shaped arrays
+    #: a joint (mu, precision) node is a prior over a child's parameters, never data
+    observable = False
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, beta, shape, rate, where=None):

@@ -41,6 +41,8 @@ class NormalWishart(ExponentialFamily):
     param_names = ("mean", "beta", "dof", "scale")
     event_ndims = (1, 0, 2, 0)
     value_ndim = (1, 2)   # the value is a pair (mu, L)
+    #: a joint (mu, precision) node is a prior over a child's parameters, never data
+    observable = False
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, beta, dof, scale, where=None):

@@ -33,9 +33,18 @@ class Poisson(ExponentialFamily):
     """Poisson(rate)."""
 
     name = "Poisson"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("rate",)
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x < 0) | (x != np.round(x)), "non-negative integer counts"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, rate, where=None):

@@ -192,6 +192,18 @@ class Wishart(ExponentialFamily):
     param_names = ("dof", "scale")
     event_ndims = (2, 0)
     value_ndim = 2
+    symmetric_values = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        scale = np.maximum(np.abs(x).max(axis=(-2, -1)), np.finfo(float).tiny)
+        asym = np.abs(x - np.swapaxes(x, -1, -2)).max(axis=(-2, -1)) > 1e-10 * scale
+        sym = 0.5 * (x + np.swapaxes(x, -1, -2))
+        bad = asym | (np.linalg.eigvalsh(sym)[..., 0] <= 0)
+        return bad, "symmetric positive definite matrices"
+
+    def placeholder(self, event_shape):
+        return np.eye(event_shape[-1])
     symmetric_stats = (0,)  # Lambda
 
     # ---- parameterisations -------------------------------------------------

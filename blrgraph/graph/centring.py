@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal_wishart import NormalWishart as NormalWishartFamily
+
 from .deterministic import Gather
 from .factors.fixed import FixedPrior
 from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor,
@@ -192,8 +195,7 @@ def _member_shift(c, flag, vector):
 
 
 def _is_vector(members):
-    return any(type(n.provides).__name__ in ("MultivariateNormal", "NormalWishart")
-               for n in members)
+    return any(isinstance(n.provides, (MVNFamily, NormalWishartFamily)) for n in members)
 
 
 def _same(a, b):

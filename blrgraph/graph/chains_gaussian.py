@@ -51,6 +51,8 @@ def _swap(a):
 class GaussianChainFactor(Conditional):
     """p(x_1..x_T | mean0, precision0, A, noise precision) of a Gaussian Markov chain."""
 
+    independent_entries = False   # the time steps are coupled by the prior
+
     def __init__(self, node, parents, slots, length):
         super().__init__(node, parents, slots)
         self.T = int(length)

@@ -17,6 +17,8 @@ from scipy import stats
 from scipy.special import gammaln, logsumexp
 
 from ..families.base import object_array
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal import Normal as NormalFamily
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -458,8 +460,7 @@ class FamilyPredictive(Predictive):
         self.value_ndim = family.value_ndim
         self.nat = tuple(_bcast(a, self.plates, k) for a, k in zip(nat, family.event_ndims))
         self.name = family.name
-        self.discrete = family.name in ("Bernoulli", "Binomial", "Poisson", "Categorical",
-                                        "Multinomial")
+        self.discrete = family.discrete
 
     @property
     def mean(self):
@@ -715,7 +716,7 @@ class ParentDist:
         if self.kind == "fixed":
             return True
         if self.kind == "q":
-            return self.family.name in ("Normal", "MultivariateNormal")
+            return isinstance(self.family, (NormalFamily, MVNFamily))
         return self._mean is not None
 
     @property
