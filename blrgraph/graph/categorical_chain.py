@@ -34,6 +34,8 @@ class MarkovChainFactor(Conditional):
     node or a probability vector) and ``transition`` (A, rows on the last plate axis:
     a Dirichlet node with plates (..., K) or a (K, K) row-stochastic array)."""
 
+    independent_entries = False   # the time steps are coupled (lengths: see _lengths)
+
     def __init__(self, node, parents, slots, length, columns):
         self.length = length
         self.columns = columns
