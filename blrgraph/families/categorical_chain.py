@@ -85,47 +85,18 @@ def forward_backward(log_unary, log_trans, lengths=None):
     m = np.max(Pm, axis=(-2, -1), keepdims=True)                     # shift of P: At <= 1
     At = np.exp(Pm - m)
     if shared:
-        AtT = np.ascontiguousarray(At.T)
-
         def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
             return np.dot(At, g, out=out)
     else:
         Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
-
-        def fwd(x, out):     # out[j, s] = sum_i At[s, i, j] x[i, s]
-            return np.einsum("ijs,is->js", Ak, x, out=out)
 
         def bwd(g, out):
             return np.einsum("ijs,js->is", Ak, g, out=out)
 
     c = np.max(U, axis=-1)                                           # (S, T)
     B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
-    # alpha[t] = alpha_t / prod_{tau <= t} c_tau (c: the divisors applied; 1 where none was)
-    alpha = np.empty((T, K, S))
-    c_div = np.ones((T, S))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
-        if shared:
-            # one product with [At^T; 1] gives the prediction and the previous sum together;
-            # the sum is divided out every RENORM steps only (two numpy calls per step
-            # otherwise): between divisions the sums change by a factor in (tiny, K] per step
-            Aug = np.vstack([AtT, np.ones((1, K))])
-            W = np.empty((T, K + 1, S))
-            alpha[0] = B[0]
-            for t in range(1, T):
-                w = np.dot(Aug, alpha[t - 1], out=W[t])
-                np.multiply(w[:K], B[t], out=alpha[t])
-                if t % RENORM == 0:
-                    np.divide(alpha[t], w[K], out=alpha[t])
-            steps = np.arange(RENORM, T, RENORM)
-            c_div[steps] = W[steps, K]
-        else:
-            one = np.ones(K)
-            for t in range(T):
-                a = B[0].copy() if t == 0 else fwd(alpha[t - 1], alpha[t])
-                if t:
-                    np.multiply(a, B[t], out=a)
-                np.dot(one, a, out=c_div[t])
-                np.divide(a, c_div[t], out=alpha[t])
+        alpha, c_div = _forward(B, At, shared)
         last = np.clip(L - 1, 0, T - 1)
         k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
         bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
@@ -161,6 +132,38 @@ def forward_backward(log_unary, log_trans, lengths=None):
         sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
         gamma[idx], counts[idx], log_z[idx] = sub.marginals, sub.counts, sub.log_z
     return ChainStats(gamma, counts, log_z, L, valid)
+
+
+def _forward(B, At, shared):
+    """The scaled forward pass: alpha[t] = alpha_t / prod_{tau <= t} c_tau, with c_div the
+    divisors applied (1 where none was). A shared transition matrix: one product with
+    [At^T; 1] gives the prediction and the previous sum together, and the sum is divided
+    out every RENORM steps only (between divisions the sums change by a factor in
+    (tiny, K] per step); per-sequence matrices: one einsum and a division per step."""
+    T, K, S = B.shape
+    alpha = np.empty((T, K, S))
+    c_div = np.ones((T, S))
+    if shared:
+        Aug = np.vstack([np.ascontiguousarray(At.T), np.ones((1, K))])
+        W = np.empty((T, K + 1, S))
+        alpha[0] = B[0]
+        for t in range(1, T):
+            w = np.dot(Aug, alpha[t - 1], out=W[t])
+            np.multiply(w[:K], B[t], out=alpha[t])
+            if t % RENORM == 0:
+                np.divide(alpha[t], w[K], out=alpha[t])
+        steps = np.arange(RENORM, T, RENORM)
+        c_div[steps] = W[steps, K]
+        return alpha, c_div
+    Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))                 # (K, K, S)
+    one = np.ones(K)
+    for t in range(T):
+        a = B[0].copy() if t == 0 else np.einsum("ijs,is->js", Ak, alpha[t - 1], out=alpha[t])
+        if t:
+            np.multiply(a, B[t], out=a)
+        np.dot(one, a, out=c_div[t])
+        np.divide(a, c_div[t], out=alpha[t])
+    return alpha, c_div
 
 
 def _forward_backward_log(U, P, L):
