@@ -214,3 +214,25 @@ def test_options_of_another_kind_of_method_are_refused():
         model.fit("vmp", batch_size=10)
     with pytest.raises(TypeError, match="unexpected options"):
         model.fit("vmp", max_iters=10)
+
+
+def test_svi_from_an_explicit_start_uses_the_minibatch_rows_of_it():
+    X = _hard_data()
+    R0 = np.random.default_rng(5).dirichlet(np.ones(5), size=len(X))
+    a, *_ = gmm(X, 5)
+    b, *_ = gmm(X, 5)
+    fa = a.fit("svi", init=R0, batch_size=100, epochs=2, seed=3)
+    fb = b.fit("svi", init={"z": R0}, batch_size=100, epochs=2, seed=3)
+    np.testing.assert_array_equal(fa.elbo_trace, fb.elbo_trace)
+    assert np.all(np.isfinite(fa.elbo_trace))
+
+
+def test_svi_tau_and_kappa_set_the_robbins_monro_steps():
+    """rho_t = (t + tau)^-kappa: other tau / kappa, other iterates (they were ignored)."""
+    X = _hard_data()
+    traces = []
+    for opts in ({}, {"tau": 100.0}, {"kappa": 1.0}):
+        m, *_ = gmm(X, 5)
+        traces.append(m.fit("svi", batch_size=50, epochs=2, seed=0, **opts).elbo_trace)
+    assert not np.array_equal(traces[0], traces[1])
+    assert not np.array_equal(traces[0], traces[2])

@@ -189,6 +189,14 @@ class CategoricalMarkovChain(Stochastic):
     def seq_plates(self):
         return self.plates[: len(self.plates) - 1 - int(self.columns)]
 
+    def aligned_plates(self, parent):
+        """Per-sequence parents line up with the sequences: ``initial`` (S,) and the rows of
+        ``transition`` (S, K) are seen as (S, 1) against the chain's (S, T) (a sequence's
+        parameters are local to it)."""
+        batch = tuple(parent.plates) if parent is self.factor.parents[0] \
+            else tuple(parent.plates[:-1])
+        return batch + (1,) * (len(self.plates) - len(batch)) if batch else batch
+
     def _n_seq(self):
         return int(np.prod(self.seq_plates, dtype=int))
 

@@ -353,6 +353,9 @@ class Gate(Deterministic):
         z._add_child(self)
         node._add_child(self)
 
+    def aligned_plates(self, parent):
+        return tuple(self.rest) if parent is self.node else tuple(parent.plates)
+
     @property
     def rest(self):
         """The node's plates without the component axis (read each time: a minibatch

@@ -69,6 +69,12 @@ class Node:
         self.replicates = cut(self.replicates, rows)
         return state
 
+    def aligned_plates(self, parent):
+        """``parent``'s plates as they line up (right-aligned, numpy broadcasting) with
+        this node's plates: without the component axis where ``parent`` holds a
+        mixture's components."""
+        return tuple(parent.plates)
+
     def restore(self, state):
         """Undo :meth:`restrict`."""
         for k, v in state.items():
@@ -386,6 +392,12 @@ class Stochastic(Node):
         self._obs_moments = None
         self.release()   # work arrays built from the previous data (the array may be reused)
         return self
+
+    def aligned_plates(self, parent):
+        sel = self.factor.selector()
+        if sel is not None and parent is not sel and parent in self.factor.parents[1:]:
+            return tuple(parent.plates[:-1])   # a mixture's component parameters: K is last
+        return tuple(parent.plates)
 
     def restrict(self, rows, cut, source_rows=None):
         nat = None if self.observed else self.nat  # (a factored q is read at the full plates)

@@ -47,7 +47,8 @@ def fit(model, method="vmp", **options):
     ``FitResult.restart_elbos`` lists every start's ELBO."""
     method = get_method(method)
     opts = parse_options(method, dict(options))
-    method = method.with_rho(opts.rho) if not method.stochastic else method
+    method = method.with_rho(opts.rho) if not method.stochastic else \
+        method.with_schedule(opts.tau, opts.kappa)
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
@@ -95,7 +96,7 @@ def plan_run(model, method, opts, structure):
         rows = _minibatches(model, structure, opts)
         budget = opts.max_steps or opts.max_iter or (opts.epochs or 5) * rows.per_epoch
         warmup = opts.warmup if opts.warmup is not None else \
-            (0 if any(v == "diffuse" for v in starts.values()) else 20)
+            (0 if any(isinstance(v, str) and v == "diffuse" for v in starts.values()) else 20)
     else:
         rows, warmup = AllRows(model, structure), 0
         budget = opts.max_iter or (1 if method.one_pass else 1000)

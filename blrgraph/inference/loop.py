@@ -13,6 +13,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .blr import blr_step
 from .points import check_point
 from .saddles import split_tied, tied_components
@@ -92,6 +94,9 @@ class Run:
         step sees symmetry-breaking responsibilities); on a minibatch, one full step of
         the globals from them and ``warmup`` rounds of VMP on it."""
         for z, init in self.plan.starts.items():
+            rows = getattr(view, "idx", {}).get(z)
+            if isinstance(init, np.ndarray) and rows is not None:
+                init = init[rows]          # a minibatch: the rows of the given start
             start_assignment(self.model, z, self.rng, init)
         if self.plan.rows.stochastic:
             self.update_globals(view, rho=1.0)

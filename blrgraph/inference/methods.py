@@ -56,6 +56,11 @@ class Method:
         """The same method with step ``rho`` (``fit(method, rho=...)``)."""
         return self if rho is None else replace(self, rho=float(rho))
 
+    def with_schedule(self, tau=None, kappa=None):
+        """The same method with the Robbins-Monro ``tau`` / ``kappa`` given to ``fit``."""
+        changes = {k: float(v) for k, v in (("tau", tau), ("kappa", kappa)) if v is not None}
+        return replace(self, **changes) if changes else self
+
 
 METHODS = {
     "conjugate": Method("conjugate", one_pass=True,

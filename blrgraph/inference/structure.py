@@ -111,7 +111,7 @@ class Structure:
                                          f"(batch_over={nb.source.name!r}) so that every entry "
                                          f"of a local node sees all its data")
                     raise _Reroot(nb.source)
-                if nb.plates and X.plates and nb.plates[0] == X.plates[0]:
+                if _on_first_axis(X, nb):
                     links[nb] = ("same", X)
                     frontier.append(nb)
         return links
@@ -140,6 +140,17 @@ class Structure:
         """Does some local node's update read another local node (LDA's theta and z)?"""
         local = set(self.local)
         return any(self.model.latent_neighbours(n) & local for n in self.local)
+
+
+def _on_first_axis(X, nb):
+    """Does the first plate axis of ``X`` line up with the first plate axis of its
+    neighbour ``nb`` (numpy broadcasting aligns plates on the right; a mixture's
+    component parameters are seen without their component axis)?"""
+    if nb in X.parents:
+        a, b = tuple(X.plates), X.aligned_plates(nb)
+    else:
+        a, b = nb.aligned_plates(X), tuple(nb.plates)
+    return bool(a) and len(a) == len(b) and a[0] == b[0] and a[0] != 1
 
 
 def _is_assignment(model, n):
