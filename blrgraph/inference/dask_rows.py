@@ -1,0 +1,460 @@
+"""Rows on a Dask cluster: one more view behind the data seam (docs/scaling.md).
+
+When an observed node holds a dask array (``observe(dask_array)``, a
+:class:`~blrgraph.graph.dask_source.DaskSource`), a batch fit sees the data through a
+:class:`DaskView`. One sweep is a map-reduce over the chunks of rows (partitions):
+
+* each task gets its chunk (persisted on the workers once), the model restricted to
+  the chunk's rows (pickled once per fit, unpickled once per worker thread, restricted
+  with :class:`~blrgraph.inference.views.RowView`) and the global nodes' natural
+  parameters; it fits the local block to them and returns its messages to the global
+  nodes ({name: tuple of arrays}) and its ELBO terms;
+* the results are summed as a tree; the driver takes the BLR steps of the global
+  nodes, lam <- (1 - rho) lam + rho (lam0 + sum of messages), and adds the global
+  nodes' ELBO terms.
+
+Each task is a pure function of (chunk, global parameters): the local block restarts
+each sweep (or, for a mixture's assignments alone, is one exact update), so a lost
+worker's tasks are recomputed and the driver holds only the global posteriors. This is
+exact when every global node's messages from the data depend on no other global node
+(GMM, LDA, Poisson mixtures: the globals are conditionally independent given the
+local nodes); other models are refused. Local posteriors come back as dask arrays on
+demand (:func:`local_moments`).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+
+import numpy as np
+
+from .blr import MAX_HALVINGS, blr_step, message_from, precision_is_pd
+from .points import check_point
+from .steps import initial_rhos
+from .views import DataView, RowView
+
+#: results reduced this many at a time (the tree of the reduction)
+FAN_IN = 8
+
+
+def uses_dask(model):
+    """Does an observed node hold a dask array?"""
+    return any(getattr(n.source, "dask", False) for n in model.observed)
+
+
+def adopt(model, method, plan, opts):
+    """``fit()``'s plan for data on Dask: the rows source becomes :class:`DaskRows`
+    (batch methods) or shuffled minibatches read from the chunks (SVI)."""
+    if method.stochastic:
+        plan.rows.mode = "shuffle"    # rows drawn as in memory (same seed, same batches)
+        return plan
+    if method.nonconjugate or method.step == "damped":
+        raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
+                         f"the ELBO of a trial step before the local block moves; fit with "
+                         f"'vmp' or 'em', or compute the data into memory")
+    if opts.local_restart is False:
+        raise ValueError(f"fit({method.name!r}, local_restart=False) on dask data: every sweep's "
+                         f"tasks refit the local block from the globals (a pure function of the "
+                         f"partition and the globals); drop local_restart=False")
+    plan.block.auto_restart = False           # the block restarts every sweep (see above)
+    plan.rows = DaskRows(model, plan)
+    plan.starts = {}                         # the starts are taken on the workers
+    return plan
+
+
+class DaskRows:
+    """Every sweep sees all the rows, partition by partition on the Dask workers."""
+
+    stochastic = False
+
+    def __init__(self, model, plan):
+        self.view = DaskView(model, plan)
+
+    def next_view(self, rng):
+        self.view.rng = rng
+        return self.view
+
+
+def _latent_parents(c):
+    """The latent stochastic nodes whose moments ``c``'s factor reads (through
+    deterministic nodes)."""
+    out, stack = set(), list(c.parents)
+    while stack:
+        p = stack.pop()
+        if getattr(p, "deterministic", False):
+            stack.extend(p.parents)
+        elif getattr(p, "stochastic", False) and not p.observed:
+            out.add(p)
+    return out
+
+
+def _below(model, node, links):
+    """Does a deterministic ``node`` feed a node in ``links``?"""
+    stack = list(model.children[node])
+    while stack:
+        c = stack.pop()
+        if c in links:
+            return True
+        if c.deterministic:
+            stack.extend(model.children[c])
+    return False
+
+
+class DaskView(DataView):
+    """All rows of the data axis, on the Dask workers (see the module docstring)."""
+
+    def __init__(self, model, plan):
+        structure = plan.structure
+        super().__init__(model, structure)
+        self.plan, self.block = plan, plan.block
+        self.links = set(structure.links)
+        dasked = [n for n in model.observed if getattr(n.source, "dask", False)]
+        for n in dasked:
+            if n not in self.links:
+                raise ValueError(f"{n.label()} holds a dask array but is not on the data axis of "
+                                 f"{structure.root.label()}; observe an in-memory array there")
+        for n in structure.local:
+            if n not in self.links:
+                raise ValueError(f"fit on dask data: the local node {n.label()} lies on another "
+                                 f"data axis than {structure.root.label()}'s; one data axis only")
+        for n in structure.links:
+            if n.observed and not getattr(n.source, "dask", False) and n.plates[:1] == (structure.N,):
+                raise ValueError(f"{n.label()} is on the data axis with {dasked[0].label()}, whose "
+                                 f"rows are a dask array; give it a dask array chunked the same way")
+        first = dasked[0].source
+        self.parts = first.partitions()
+        chunks0 = first.arr.chunks[0]
+        for n in dasked[1:]:
+            if n.source.arr.chunks[0] != chunks0:
+                n.source.arr = n.source.arr.rechunk({0: chunks0})
+        self.dasked = dasked
+        self._check_globals(model)
+        rhos = initial_rhos(model, plan.method)
+        self.spec = {n.name: (float(rhos[n]), n in plan.points) for n in structure.local}
+        self.starts = {z.name: init for z, init in plan.starts.items()}
+        self.result, self.version, self.it = None, 0, 0
+        self.rng = None
+        self._setup = None
+
+    def _check_globals(self, model):
+        """Refuse a global node whose data messages read another global node (then the
+        messages gathered before the sweep's steps would be stale)."""
+        self.data_children = {}
+        for g in self.structure.globals:
+            kids = []
+            for c in model.children[g]:
+                if c in self.links:
+                    kids.append(c)
+                    others = [p for p in _latent_parents(c) if p is not g and p not in self.links]
+                    if others:
+                        raise ValueError(f"fit on dask data: the messages of {c.label()} to "
+                                         f"{g.label()} read the global node(s) "
+                                         f"{sorted(o.name for o in others)}, updated in the same "
+                                         f"sweep; use a joint prior (NormalWishart, NormalGamma) "
+                                         f"or compute the data into memory")
+                elif c.deterministic and _below(model, c, self.links):
+                    raise ValueError(f"fit on dask data: {g.label()} reaches the data through "
+                                     f"the deterministic node {c.label()}, which is off the data "
+                                     f"axis; compute the data into memory")
+            self.data_children[g.name] = [c.name for c in kids]
+
+    # ---- the map-reduce ------------------------------------------------------------
+    def _template(self):
+        """(model, structure, block, data children) without the data and with every
+        local node's q cut to one entry (the tasks restrict it to their rows)."""
+        model, saved = self.model, {}
+        for n in self.dasked:
+            saved[n] = ("source", n.source)
+            n.source = _Shape(n.source.shape)
+        for n in self.structure.local:
+            saved.setdefault(n, ("nat", n.nat, n._moments))
+            k = len(n.plates)
+            n.nat = tuple(np.array(np.broadcast_to(a, n.plates + np.shape(a)[np.ndim(a) - e:])
+                                   [(slice(0, 1),) * k]) for a, e in zip(n.nat, n.family.event_ndims))
+            n._moments = None
+        extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state") if k in model.__dict__}
+        self._restore_template = (saved, extra)
+        return (model, self.structure, self.block, self.data_children)
+
+    def _run(self, start, fit_globals, eval_globals):
+        import cloudpickle
+        import dask
+        from dask import delayed
+        if self._setup is None:
+            # the template is pickled while the model is cut (see _template)
+            try:
+                blob = cloudpickle.dumps(self._template())
+            finally:
+                self._undo_template()
+            self._setup = self._ship(blob)
+        chunks, ref, token, _ = self._setup
+        task = delayed(_task, pure=True)
+        combine = delayed(_combine, pure=True)
+        level = []
+        for p, (lo, hi) in enumerate(self.parts):
+            data = {name: c[p] for name, c in chunks.items()}
+            s = None if start is None else {z: _slice_start(v, lo, hi) for z, v in start.items()}
+            level.append(task(token, ref, p, lo, hi, data, s, fit_globals, eval_globals,
+                              self.spec, self.it, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
+                              f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+        while len(level) > 1:
+            level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
+        (out,) = dask.compute(level[0])
+        self.result = dict(out, version=self.version)
+        self.bytes_in = sum(_nbytes(v) for v in (fit_globals, eval_globals)) * len(self.parts)
+        self.bytes_out = _nbytes(out["msgs"]) * len(self.parts)
+        return self.result
+
+    def _undo_template(self):
+        saved, extra = self._restore_template
+        for n, s in saved.items():
+            if s[0] == "source":
+                n.source = s[1]
+            else:
+                n.nat, n._moments = s[1], s[2]
+        self.model.__dict__.update(extra)
+
+    def _ship(self, blob):
+        import dask
+        client = _client()
+        arrs = [n.source.arr for n in self.dasked]
+        arrs = list(client.persist(arrs)) if client is not None else list(dask.persist(*arrs))
+        for n, a in zip(self.dasked, arrs):
+            n.source.arr = a
+        chunks = {n.name: list(a.to_delayed().ravel()) for n, a in zip(self.dasked, arrs)}
+        ref = client.scatter(blob, broadcast=True, hash=False) if client is not None else blob
+        return chunks, ref, uuid.uuid4().hex, len(blob)
+
+    def _globals(self):
+        return {g.name: (tuple(np.asarray(a) for a in g.nat), bool(g.point))
+                for g in self.structure.globals}
+
+    def _starts(self):
+        """{assignment name: start} for the tasks: an array (sliced per partition) or
+        ("random", concentration, seed) drawn per partition from the fit's rng."""
+        from .starts import DIFFUSE, Default
+        out = {}
+        for name, init in self.starts.items():
+            if isinstance(init, np.ndarray):
+                out[name] = init
+                continue
+            kind = str(init)
+            if kind in ("kmeans", "kmeans++") and not isinstance(init, Default):
+                raise ValueError(f"init={kind!r} on dask data: k-means starts are not run on "
+                                 f"the cluster; pass init='random', 'diffuse' or an array")
+            conc = DIFFUSE if kind == "diffuse" else 1.0
+            out[name] = ("random", conc, int(self.rng.integers(2 ** 63)))
+        return out
+
+    # ---- the three questions of the seam ----------------------------------------------
+    def step(self, node, rho, iteration=None):
+        """One BLR step of a global node with the messages the partitions sent."""
+        if iteration is not None:
+            self.it = iteration
+        if self.result is None:     # the first sweep: messages from the starts
+            g = self._globals()
+            self._run(self._starts(), g, g)
+        msg = self.result["msgs"].get(node.name)
+        for c in self.model.children[node]:
+            if c not in self.links:
+                m = message_from(self.model, c, node)
+                msg = m if msg is None else (msg if m is None else tuple(a + b for a, b in zip(msg, m)))
+        target = node.prior_natural()
+        if msg is not None:
+            target = tuple(a + m for a, m in zip(target, msg)) + tuple(target[len(msg):])
+        new = target if rho == 1.0 else tuple((1.0 - rho) * a + rho * t
+                                              for a, t in zip(node.nat, target))
+        at = f" at iteration {iteration}" if iteration is not None else ""
+        for a in new:
+            if not np.all(np.isfinite(a)):
+                raise FloatingPointError(f"the update of {node.label()} produced non-finite "
+                                         f"natural parameters{at}; check the data scale and the "
+                                         f"priors")
+        r = rho
+        for _ in range(MAX_HALVINGS):
+            if precision_is_pd(node, new):
+                break
+            r *= 0.5
+            new = tuple((1.0 - r) * a + r * t for a, t in zip(node.nat, target))
+        node.set_natural(new)
+        self.version += 1
+        return new
+
+    def fit_local(self, block, update):
+        """The local block fitted on every partition to the current globals (and their
+        messages and ELBO terms gathered for the next step and :meth:`elbo`)."""
+        g = self._globals()
+        return self._run(None, g, g)["sweeps"]
+
+    def elbo(self):
+        """The partitions' ELBO terms (with the current globals) plus the global nodes'."""
+        if self.result is None or self.result["version"] != self.version:
+            if self.block.nodes:
+                raise RuntimeError("DaskView.elbo(): the local block was not fitted to the "
+                                   "current globals")
+            g = self._globals()
+            self._run(None, None, g)
+        total = self.result["elbo"]
+        for n in self.model.stochastic:
+            if n not in self.links:
+                term = n.elbo_term()
+                if not math.isfinite(term):
+                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+                total += term
+        return total
+
+
+class _Shape:
+    """Stands for a dask source in the pickled model (its shape only)."""
+
+    sequential, dask = False, False
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.n = self.shape[0]
+
+
+def _client():
+    try:
+        from distributed import get_client
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _nbytes(obj):
+    if obj is None:
+        return 0
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (tuple, list)):
+        return sum(_nbytes(v) for v in obj)
+    return 8
+
+
+def _slice_start(v, lo, hi):
+    if isinstance(v, np.ndarray):
+        return ("array", v[lo:hi])
+    return v
+
+
+# ---- on the workers ------------------------------------------------------------------
+_CACHE = {}
+_LOCK = threading.Lock()
+
+
+def _model_of(token, blob):
+    """The unpickled template, one per worker thread (tasks mutate it)."""
+    import cloudpickle
+    key = (token, threading.get_ident())
+    with _LOCK:
+        got = _CACHE.get(key)
+    if got is None:
+        got = cloudpickle.loads(blob)
+        with _LOCK:
+            for k in [k for k in _CACHE if k[0] != token]:
+                del _CACHE[k]
+            _CACHE[key] = got
+    return got
+
+
+def _set_globals(nodes, values):
+    for name, (nat, point) in values.items():
+        n = nodes[name]
+        n.point = point
+        n.set_natural(tuple(nat))
+
+
+def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, it):
+    """One partition: fit the local block to ``fit_globals`` (or set the assignments'
+    start), then its messages to the globals and its ELBO terms at ``eval_globals``."""
+    model, structure, block, children = _model_of(token, blob)
+    nodes = {n.name: n for n in model.nodes}
+    try:
+        for name, X in data.items():
+            n = nodes[name]
+            n.source = _chunk(X, lo, n.source.shape)
+        try:
+            with RowView(model, structure, np.arange(lo, hi)) as view:
+                sweeps = 0
+                if fit_globals is not None:
+                    _set_globals(nodes, fit_globals)
+                if start is not None:
+                    for name, s in start.items():
+                        _start(nodes[name], s, p)
+                elif fit_globals is not None and block.nodes:
+                    for name, (rho, point) in spec.items():
+                        nodes[name].point = point and it > 1
+
+                    def update(n):
+                        blr_step(model, n, spec[n.name][0], iteration=it)
+                        if spec[n.name][1] and not n.point:
+                            n.point = True
+                        if n.point:
+                            check_point(n, it)
+                    sweeps = block.fit(view, update)
+                _set_globals(nodes, eval_globals)
+                msgs = {}
+                for g, kids in children.items():
+                    total = None
+                    for c in kids:
+                        m = message_from(model, nodes[c], nodes[g])
+                        if m is not None:
+                            total = m if total is None else tuple(a + b for a, b in zip(total, m))
+                    if total is not None:
+                        msgs[g] = tuple(np.array(a, dtype=float) for a in total)
+                L = 0.0
+                for n in model.stochastic:
+                    if n in structure.links:
+                        term = n.elbo_term()
+                        if not math.isfinite(term):
+                            raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+                        L += term
+        finally:
+            for name in data:
+                nodes[name].source = _Shape(nodes[name].source.shape)
+        return {"elbo": L, "msgs": msgs, "sweeps": sweeps}
+    except Exception as e:
+        raise _named(e, p, lo, hi) from e
+
+
+def _chunk(X, lo, shape):
+    from ..graph.dask_source import ChunkSource
+    return ChunkSource(np.asarray(X), lo, shape)
+
+
+def _start(z, s, p):
+    """The assignment's start on this partition's rows."""
+    if s[0] == "array":
+        r = s[1]
+    else:
+        _, conc, seed = s
+        rng = np.random.default_rng([seed, p])
+        K = z.nat[0].shape[-1]
+        r = rng.dirichlet(np.full(K, conc), size=z.plates)
+    z.set_natural((np.log(np.maximum(r, 1e-300)),))
+
+
+def _named(e, p, lo, hi):
+    """The exception with the partition and its rows in front of its message."""
+    msg = f"dask partition {p} (rows {lo}..{hi - 1}): {e}"
+    try:
+        out = type(e)(msg)
+    except Exception:   # an exception type that takes other arguments
+        out = RuntimeError(msg)
+    return out
+
+
+def _combine(*parts):
+    """Sum of partition results (one node of the reduction tree)."""
+    out = {"elbo": 0.0, "msgs": {}, "sweeps": 0}
+    for r in parts:
+        out["elbo"] += r["elbo"]
+        out["sweeps"] = max(out["sweeps"], r["sweeps"])
+        for g, m in r["msgs"].items():
+            old = out["msgs"].get(g)
+            out["msgs"][g] = m if old is None else tuple(a + b for a, b in zip(old, m))
+    return out
