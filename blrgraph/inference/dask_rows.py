@@ -75,6 +75,9 @@ class DaskRows:
         self.view.rng = rng
         return self.view
 
+    def finish(self, model):
+        self.view.finish(model)
+
 
 def _latent_parents(c):
     """The latent stochastic nodes whose moments ``c``'s factor reads (through
@@ -216,15 +219,60 @@ class DaskView(DataView):
         self.model.__dict__.update(extra)
 
     def _ship(self, blob):
+        """The chunks persisted (on the workers under a distributed client) and the
+        template made a persisted task of its own: both are recomputed from their
+        graphs if a worker is lost (scattered data would not be)."""
         import dask
-        client = _client()
+        from dask import delayed
+        token = uuid.uuid4().hex
         arrs = [n.source.arr for n in self.dasked]
-        arrs = list(client.persist(arrs)) if client is not None else list(dask.persist(*arrs))
+        ref = delayed(_identity, pure=True)(blob, dask_key_name=f"blrgraph-model-{token}")
+        *arrs, ref = dask.persist(*arrs, ref)
         for n, a in zip(self.dasked, arrs):
             n.source.arr = a
         chunks = {n.name: list(a.to_delayed().ravel()) for n, a in zip(self.dasked, arrs)}
-        ref = client.scatter(blob, broadcast=True, hash=False) if client is not None else blob
-        return chunks, ref, uuid.uuid4().hex, len(blob)
+        return chunks, ref, token, len(blob)
+
+    def finish(self, model):
+        """After the fit: the local nodes' q live on the workers; their posteriors are
+        read as dask arrays (:func:`blrgraph.io_dask.local_moments`)."""
+        for n in self.structure.local:
+            n.fitted = False
+            n.unfitted_reason = (f"its rows live on the Dask workers; read them as dask arrays "
+                                 f"with blrgraph.io_dask.local_moments(model, {n.name!r})")
+        model.dask_view = self
+
+    def local_moments(self, name):
+        """The moments E[T] of local node ``name`` fitted to the current globals, one
+        dask array per statistic, computed partition by partition on demand."""
+        import dask.array as da
+        from dask import delayed
+        node = self.model[name]
+        if node not in self.structure.local:
+            raise ValueError(f"local_moments: {node.label()} is not a local node of the data "
+                             f"axis; its posterior is in memory (node.posterior)")
+        if self._setup is None:
+            raise ValueError("local_moments: fit the model first")
+        saved, k = (node.nat, node._moments), len(node.plates)
+        try:   # the shapes of one entry's moments
+            node.nat = tuple(np.array(np.broadcast_to(a, node.plates + np.shape(a)[np.ndim(a) - e:])
+                                      [(slice(0, 1),) * k])
+                             for a, e in zip(node.nat, node.family.event_ndims))
+            node._moments = None
+            one = [np.shape(m) for m in node.moments()]
+        finally:
+            node.nat, node._moments = saved
+        chunks, ref, token, _ = self._setup
+        g = self._globals()
+        cols = [[] for _ in one]
+        for p, (lo, hi) in enumerate(self.parts):
+            data = {nm: c[p] for nm, c in chunks.items()}
+            out = delayed(_task, pure=True, nout=None)(token, ref, p, lo, hi, data, None, g, g,
+                                                       self.spec, self.it + 1, name)
+            for j, shp in enumerate(one):
+                part = delayed(_pick, pure=True)(out, j)
+                cols[j].append(da.from_delayed(part, shape=(hi - lo,) + shp[1:], dtype=float))
+        return tuple(da.concatenate(c, axis=0) for c in cols)
 
     def _globals(self):
         return {g.name: (tuple(np.asarray(a) for a in g.nat), bool(g.point))
@@ -368,7 +416,15 @@ def _set_globals(nodes, values):
         n.set_natural(tuple(nat))
 
 
-def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, it):
+def _identity(x):
+    return x
+
+
+def _pick(out, j):
+    return out[j]
+
+
+def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, it, moments=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
     start), then its messages to the globals and its ELBO terms at ``eval_globals``."""
     model, structure, block, children = _model_of(token, blob)
@@ -396,6 +452,11 @@ def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, 
                         if n.point:
                             check_point(n, it)
                     sweeps = block.fit(view, update)
+                if moments is not None:      # the local posterior (local_moments)
+                    return tuple(np.array(np.broadcast_to(m, nodes[moments].plates
+                                                          + np.shape(m)[np.ndim(m) - e:]))
+                                 for m, e in zip(nodes[moments].moments(),
+                                                 nodes[moments].family.event_ndims))
                 _set_globals(nodes, eval_globals)
                 msgs = {}
                 for g, kids in children.items():

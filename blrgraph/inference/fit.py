@@ -159,6 +159,8 @@ def _fit_once(model, method, opts, seed):
     for n in model.latent:
         n.point = n in plan.points
         n.fitted = n.fitted or not method.stochastic
+    if hasattr(plan.rows, "finish"):  # rows on Dask: local posteriors stay on the workers
+        plan.rows.finish(model)
     trace = run.trace
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),
