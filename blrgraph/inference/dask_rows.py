@@ -23,6 +23,7 @@ demand (:func:`local_moments`).
 """
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import uuid
@@ -60,6 +61,9 @@ def adopt(model, method, plan, opts):
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
     plan.starts = {}                         # the starts are taken on the workers
+    # the loop's saddle check reads every row's responsibilities: not on the driver
+    plan.structure = copy.copy(plan.structure)
+    plan.structure.assignments = []
     return plan
 
 
