@@ -107,6 +107,40 @@ def test_poisson_mixture_equals_the_in_memory_fit(client):
     same_fit(poisson_mixture, X, R, "vmp", 120, ["w", "rate"], max_iter=40)
 
 
+def lda_data(n_docs=60, V=30, K=3, seed=2):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(V, 0.1), size=K)
+    counts = np.array([np.bincount(rng.choice(V, size=40, p=rng.dirichlet(np.full(K, 0.3)) @ topics),
+                                   minlength=V) for _ in range(n_docs)], dtype=float)
+    doc, word = np.nonzero(counts)               # sorted by document
+    return doc, word, counts[doc, word], rng.dirichlet(np.ones(K), size=len(doc))
+
+
+def lda(n_docs, doc, words, counts, K=3, V=30):
+    theta = bg.Dirichlet(np.full(K, 1 / K), plates=(n_docs,), name="theta")
+    phi = bg.Dirichlet(np.full(V, 1 / K), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], plates=(len(doc),), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(words, weights=counts)
+    return bg.Model(y)
+
+
+def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
+    doc, word, cnt, R = lda_data()
+    opts = dict(max_iter=12, init=R, local_restart=True)
+    mem = lda(60, doc, word, cnt)
+    f1 = mem.fit("vmp", **opts)
+    # chunks of 250 entries split documents: the boundaries move to the next document
+    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+              da.from_array(cnt, chunks=250))
+    f2 = dsk.fit("vmp", **opts)
+    close(f1.elbo_trace, f2.elbo_trace)
+    close(mem["phi"].nat[0], dsk["phi"].nat[0])
+    theta = io_dask.local_moments(dsk, "theta")[0]
+    assert theta.shape == (60, 3)
+    close(mem["theta"].moments()[0], theta.compute())
+    close(mem["z"].moments()[0], io_dask.local_moments(dsk, "z")[0].compute())
+
+
 def test_svi_with_the_same_seed_equals_the_in_memory_fit(client):
     X, _ = gmm_data(N=400, seed=3)
     fits = []

@@ -44,6 +44,27 @@ class DaskSource:
         self.shape = tuple(int(s) for s in data.shape)
         self.n = self.shape[0]
         self.bounds = np.concatenate([[0], np.cumsum(data.chunks[0])]).astype(np.int64)
+        self.weights = None
+
+    def attach_weights(self, weights, label):
+        """Counts of identical observations per row (LDA's counts), a dask array with
+        one entry per row, chunked as the rows."""
+        from .dask_source import is_dask
+        if not is_dask(weights):
+            raise TypeError(f"{label}: the rows are a dask array, so weights= must be one too "
+                            f"(chunked along the same rows)")
+        w = DaskSource(weights)
+        if w.shape != self.shape[:len(w.shape)] or len(w.shape) != 1:
+            raise ValueError(f"{label}: weights of shape {w.shape} do not match the rows "
+                             f"{self.shape}; give one count per row")
+        self.weights = w
+
+    def rechunk(self, chunks):
+        """The rows (and weights) cut into chunks of the sizes ``chunks``."""
+        self.arr = self.arr.rechunk({0: tuple(chunks)})
+        self.bounds = np.concatenate([[0], np.cumsum(chunks)]).astype(np.int64)
+        if self.weights is not None:
+            self.weights.rechunk(chunks)
 
     def partitions(self):
         """(lo, hi) row ranges of the chunks."""
@@ -51,9 +72,16 @@ class DaskSource:
 
     def read(self, rows):
         """Rows ``rows`` as a float array (an SVI minibatch: computed from the chunks)."""
+        return self._read(self.arr, rows)
+
+    def read_weights(self, rows):
+        return self._read(self.weights.arr, rows)
+
+    @staticmethod
+    def _read(arr, rows):
         rows = np.asarray(rows)
         order = np.argsort(rows, kind="stable")
-        got = np.asarray(self.arr[rows[order]].compute(), dtype=float)
+        got = np.asarray(arr[rows[order]].compute(), dtype=float)
         out = np.empty_like(got)
         out[order] = got
         return out
@@ -68,9 +96,13 @@ class ChunkSource:
     sequential = False
     dask = False
 
-    def __init__(self, data, lo, shape):
+    def __init__(self, data, lo, shape, weights=None):
         self.data, self.lo, self.shape = data, int(lo), tuple(shape)
         self.n = self.shape[0]
+        self.weights = weights
 
     def read(self, rows):
         return np.asarray(self.data[np.asarray(rows) - self.lo], dtype=float)
+
+    def read_weights(self, rows):
+        return np.asarray(self.weights[np.asarray(rows) - self.lo], dtype=float)

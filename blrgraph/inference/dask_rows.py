@@ -126,16 +126,11 @@ class DaskView(DataView):
                 raise ValueError(f"fit on dask data: the local node {n.label()} lies on another "
                                  f"data axis than {structure.root.label()}'s; one data axis only")
         for n in structure.links:
-            if n.observed and not getattr(n.source, "dask", False) and n.plates[:1] == (structure.N,):
+            if n.stochastic and n.observed and not getattr(n.source, "dask", False):
                 raise ValueError(f"{n.label()} is on the data axis with {dasked[0].label()}, whose "
                                  f"rows are a dask array; give it a dask array chunked the same way")
-        first = dasked[0].source
-        self.parts = first.partitions()
-        chunks0 = first.arr.chunks[0]
-        for n in dasked[1:]:
-            if n.source.arr.chunks[0] != chunks0:
-                n.source.arr = n.source.arr.rechunk({0: chunks0})
         self.dasked = dasked
+        self.parts = self._partitions(structure, dasked)
         self._check_globals(model)
         rhos = initial_rhos(model, plan.method)
         self.spec = {n.name: (float(rhos[n]), n in plan.points) for n in structure.local}
@@ -143,6 +138,45 @@ class DaskView(DataView):
         self.result, self.version, self.it = None, 0, 0
         self.rng = None
         self._setup = None
+
+    @staticmethod
+    def _partitions(structure, dasked):
+        """(first row, end row of the data axis, first row, end row of the dask arrays)
+        of every partition. Through a gather (LDA: documents -> entries) the entries must
+        be sorted by the gathered row; chunk boundaries move to the next row's first entry
+        so that no row of the data axis is split."""
+        first = dasked[0].source
+        gathers, n = [], dasked[0]
+        while structure.links.get(n) is not None:
+            kind, via = structure.links[n]
+            if kind == "gather":
+                gathers.append(n)
+            n = via
+        if not gathers:
+            parts = [(lo, hi, lo, hi) for lo, hi in first.partitions()]
+        elif len(gathers) == 1 and gathers[0].source is structure.root:
+            idx = np.asarray(gathers[0].idx)
+            if idx.size and np.any(np.diff(idx) < 0):
+                raise ValueError(f"fit on dask data: the entries of {dasked[0].label()} must be "
+                                 f"sorted by their row of {structure.root.label()} (the index of "
+                                 f"{gathers[0].label()}), e.g. document by document")
+            b = [int(np.searchsorted(idx, idx[e], "left")) for e in first.bounds[1:-1]]
+            bounds = sorted(set([0] + b + [len(idx)]))
+            if bounds != [int(e) for e in first.bounds]:
+                sizes = tuple(np.diff(bounds).tolist())
+                for n in dasked:
+                    n.source.rechunk(sizes)
+            rows = [0] + [int(idx[e]) for e in bounds[1:-1]] + [structure.N]
+            parts = [(rows[i], rows[i + 1], bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+        else:
+            raise ValueError(f"fit on dask data: the data axis reaches {dasked[0].label()} "
+                             f"through {len(gathers)} gathers; one gather from the data axis "
+                             f"(theta[doc_ids]) at most")
+        chunks0 = first.arr.chunks[0]
+        for n in dasked[1:]:
+            if n.source.arr.chunks[0] != chunks0:
+                n.source.rechunk(chunks0)
+        return parts
 
     def _check_globals(self, model):
         """Refuse a global node whose data messages read another global node (then the
@@ -199,10 +233,10 @@ class DaskView(DataView):
         task = delayed(_task, pure=True)
         combine = delayed(_combine, pure=True)
         level = []
-        for p, (lo, hi) in enumerate(self.parts):
+        for p, part in enumerate(self.parts):
             data = {name: c[p] for name, c in chunks.items()}
-            s = None if start is None else {z: _slice_start(v, lo, hi) for z, v in start.items()}
-            level.append(task(token, ref, p, lo, hi, data, s, fit_globals, eval_globals,
+            s = None if start is None else {z: _slice_start(v, *part[2:]) for z, v in start.items()}
+            level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
                               self.spec, self.it, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
                               f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
         while len(level) > 1:
@@ -229,12 +263,17 @@ class DaskView(DataView):
         import dask
         from dask import delayed
         token = uuid.uuid4().hex
-        arrs = [n.source.arr for n in self.dasked]
+        srcs = [n.source for n in self.dasked] + [n.source.weights for n in self.dasked
+                                                  if n.source.weights is not None]
         ref = delayed(_identity, pure=True)(blob, dask_key_name=f"blrgraph-model-{token}")
-        *arrs, ref = dask.persist(*arrs, ref)
-        for n, a in zip(self.dasked, arrs):
-            n.source.arr = a
-        chunks = {n.name: list(a.to_delayed().ravel()) for n, a in zip(self.dasked, arrs)}
+        *arrs, ref = dask.persist(*[s.arr for s in srcs], ref)
+        for s, a in zip(srcs, arrs):
+            s.arr = a
+        P = len(self.parts)
+        chunks = {n.name: list(zip(n.source.arr.to_delayed().ravel(),
+                                   n.source.weights.arr.to_delayed().ravel()
+                                   if n.source.weights is not None else [None] * P))
+                  for n in self.dasked}
         return chunks, ref, token, len(blob)
 
     def finish(self, model):
@@ -269,14 +308,24 @@ class DaskView(DataView):
         chunks, ref, token, _ = self._setup
         g = self._globals()
         cols = [[] for _ in one]
-        for p, (lo, hi) in enumerate(self.parts):
+        for p, part in enumerate(self.parts):
             data = {nm: c[p] for nm, c in chunks.items()}
-            out = delayed(_task, pure=True, nout=None)(token, ref, p, lo, hi, data, None, g, g,
+            out = delayed(_task, pure=True, nout=None)(token, ref, p, part, data, None, g, g,
                                                        self.spec, self.it + 1, name)
+            rows = part[1] - part[0] if node in self.structure.links and \
+                self._on_rows(node) else part[3] - part[2]
             for j, shp in enumerate(one):
-                part = delayed(_pick, pure=True)(out, j)
-                cols[j].append(da.from_delayed(part, shape=(hi - lo,) + shp[1:], dtype=float))
+                col = delayed(_pick, pure=True)(out, j)
+                cols[j].append(da.from_delayed(col, shape=(rows,) + shp[1:], dtype=float))
         return tuple(da.concatenate(c, axis=0) for c in cols)
+
+    def _on_rows(self, node):
+        """Is ``node`` reached from the data axis without a gather (one entry per row)?"""
+        while self.structure.links.get(node) is not None:
+            kind, node = self.structure.links[node]
+            if kind == "gather":
+                return False
+        return True
 
     def _globals(self):
         return {g.name: (tuple(np.asarray(a) for a in g.nat), bool(g.point))
@@ -420,6 +469,21 @@ def _set_globals(nodes, values):
         n.set_natural(tuple(nat))
 
 
+def _replicate(obs):
+    """Counts read with the rows stand for identical copies of the latent nodes on the
+    same plates above them (as ``Model`` sets up for in-memory weights)."""
+    if obs.weights is None:
+        return
+    obs.replicates = obs.weights
+    stack = [obs]
+    while stack:
+        c = stack.pop()
+        for p in c.parents:
+            if p.stochastic and not p.observed and p.plates == obs.plates:
+                p.replicates = obs.weights
+                stack.append(p)
+
+
 def _identity(x):
     return x
 
@@ -428,17 +492,22 @@ def _pick(out, j):
     return out[j]
 
 
-def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, it, moments=None):
+def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
     start), then its messages to the globals and its ELBO terms at ``eval_globals``."""
     model, structure, block, children = _model_of(token, blob)
     nodes = {n.name: n for n in model.nodes}
+    lo, hi, dlo, dhi = part
+    shapes = {name: nodes[name].source.shape for name in data}
     try:
-        for name, X in data.items():
+        for name, (X, W) in data.items():
             n = nodes[name]
-            n.source = _chunk(X, lo, n.source.shape)
+            n.source = _chunk(X, W, dlo, n.source.shape)
         try:
             with RowView(model, structure, np.arange(lo, hi)) as view:
+                for name in data:        # in memory now: nested views cut the arrays
+                    nodes[name].source = None
+                    _replicate(nodes[name])
                 sweeps = 0
                 if fit_globals is not None:
                     _set_globals(nodes, fit_globals)
@@ -480,15 +549,15 @@ def _task(token, blob, p, lo, hi, data, start, fit_globals, eval_globals, spec, 
                         L += term
         finally:
             for name in data:
-                nodes[name].source = _Shape(nodes[name].source.shape)
+                nodes[name].source = _Shape(shapes[name])
         return {"elbo": L, "msgs": msgs, "sweeps": sweeps}
     except Exception as e:
-        raise _named(e, p, lo, hi) from e
+        raise _named(e, p, dlo, dhi) from e
 
 
-def _chunk(X, lo, shape):
+def _chunk(X, W, lo, shape):
     from ..graph.dask_source import ChunkSource
-    return ChunkSource(np.asarray(X), lo, shape)
+    return ChunkSource(np.asarray(X), lo, shape, None if W is None else np.asarray(W))
 
 
 def _start(z, s, p):
