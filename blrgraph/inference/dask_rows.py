@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -74,6 +75,7 @@ class DaskRows:
 
     def __init__(self, model, plan):
         self.view = DaskView(model, plan)
+        model.dask_view = self.view       # (its .stats: what the last sweep moved)
 
     def next_view(self, rng):
         self.view.rng = rng
@@ -214,7 +216,8 @@ class DaskView(DataView):
             n.nat = tuple(np.array(np.broadcast_to(a, n.plates + np.shape(a)[np.ndim(a) - e:])
                                    [(slice(0, 1),) * k]) for a, e in zip(n.nat, n.family.event_ndims))
             n._moments = None
-        extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state") if k in model.__dict__}
+        extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state", "dask_view")
+                 if k in model.__dict__}
         self._restore_template = (saved, extra)
         return (model, self.structure, self.block, self.data_children)
 
@@ -232,6 +235,8 @@ class DaskView(DataView):
         chunks, ref, token, _ = self._setup
         task = delayed(_task, pure=True)
         combine = delayed(_combine, pure=True)
+        if eval_globals is fit_globals:
+            eval_globals = None                    # (the tasks read "the same")
         level = []
         for p, part in enumerate(self.parts):
             data = {name: c[p] for name, c in chunks.items()}
@@ -243,8 +248,11 @@ class DaskView(DataView):
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
         self.result = dict(out, version=self.version)
-        self.bytes_in = sum(_nbytes(v) for v in (fit_globals, eval_globals)) * len(self.parts)
-        self.bytes_out = _nbytes(out["msgs"]) * len(self.parts)
+        # what travelled: the globals to every task, each task's messages back
+        self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
+                      "bytes_to_tasks": _nbytes((fit_globals, eval_globals)) * len(self.parts),
+                      "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
+                      "model_bytes": self._setup[3]}
         return self.result
 
     def _undo_template(self):
@@ -447,18 +455,32 @@ _CACHE = {}
 _LOCK = threading.Lock()
 
 
-def _model_of(token, blob):
-    """The unpickled template, one per worker thread (tasks mutate it)."""
+def _partition_model(token, blob, p, part, data):
+    """The model restricted to partition ``p``'s rows, built once per worker thread and
+    kept (with its data and the statistics derived from them) for the next sweeps.
+    Tasks do not depend on what it holds between them: every local node is set from
+    the start or refitted from the globals (a lost worker's copy is simply rebuilt)."""
     import cloudpickle
-    key = (token, threading.get_ident())
+    key = (token, p, threading.get_ident())
     with _LOCK:
         got = _CACHE.get(key)
-    if got is None:
-        got = cloudpickle.loads(blob)
-        with _LOCK:
-            for k in [k for k in _CACHE if k[0] != token]:
-                del _CACHE[k]
-            _CACHE[key] = got
+    if got is not None:
+        return got
+    model, structure, block, children = cloudpickle.loads(blob)
+    nodes = {n.name: n for n in model.nodes}
+    lo, hi, dlo, _ = part
+    for name, (X, W) in data.items():
+        n = nodes[name]
+        n.source = _chunk(X, W, dlo, n.source.shape)
+    view = RowView(model, structure, np.arange(lo, hi)).__enter__()
+    for name in data:              # in memory now: nested views cut the arrays
+        nodes[name].source = None
+        _replicate(nodes[name])
+    got = (model, structure, block, children, nodes, view)
+    with _LOCK:
+        for k in [k for k in _CACHE if k[0] != token]:
+            del _CACHE[k]
+        _CACHE[key] = got
     return got
 
 
@@ -494,63 +516,54 @@ def _pick(out, j):
 
 def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
-    start), then its messages to the globals and its ELBO terms at ``eval_globals``."""
-    model, structure, block, children = _model_of(token, blob)
-    nodes = {n.name: n for n in model.nodes}
+    start), then its messages to the globals and its ELBO terms at ``eval_globals``
+    (None: the same); with ``moments`` the local node's moments instead."""
     lo, hi, dlo, dhi = part
-    shapes = {name: nodes[name].source.shape for name in data}
+    t0 = time.perf_counter()
     try:
-        for name, (X, W) in data.items():
-            n = nodes[name]
-            n.source = _chunk(X, W, dlo, n.source.shape)
-        try:
-            with RowView(model, structure, np.arange(lo, hi)) as view:
-                for name in data:        # in memory now: nested views cut the arrays
-                    nodes[name].source = None
-                    _replicate(nodes[name])
-                sweeps = 0
-                if fit_globals is not None:
-                    _set_globals(nodes, fit_globals)
-                if start is not None:
-                    for name, s in start.items():
-                        _start(nodes[name], s, p)
-                elif fit_globals is not None and block.nodes:
-                    for name, (rho, point) in spec.items():
-                        nodes[name].point = point and it > 1
+        model, structure, block, children, nodes, view = _partition_model(token, blob, p, part,
+                                                                           data)
+        sweeps = 0
+        if fit_globals is not None:
+            _set_globals(nodes, fit_globals)
+        if start is not None:
+            for name, s in start.items():
+                _start(nodes[name], s, p)
+        elif fit_globals is not None and block.nodes:
+            for name, (rho, point) in spec.items():
+                nodes[name].point = point and it > 1
 
-                    def update(n):
-                        blr_step(model, n, spec[n.name][0], iteration=it)
-                        if spec[n.name][1] and not n.point:
-                            n.point = True
-                        if n.point:
-                            check_point(n, it)
-                    sweeps = block.fit(view, update)
-                if moments is not None:      # the local posterior (local_moments)
-                    return tuple(np.array(np.broadcast_to(m, nodes[moments].plates
-                                                          + np.shape(m)[np.ndim(m) - e:]))
-                                 for m, e in zip(nodes[moments].moments(),
-                                                 nodes[moments].family.event_ndims))
-                _set_globals(nodes, eval_globals)
-                msgs = {}
-                for g, kids in children.items():
-                    total = None
-                    for c in kids:
-                        m = message_from(model, nodes[c], nodes[g])
-                        if m is not None:
-                            total = m if total is None else tuple(a + b for a, b in zip(total, m))
-                    if total is not None:
-                        msgs[g] = tuple(np.array(a, dtype=float) for a in total)
-                L = 0.0
-                for n in model.stochastic:
-                    if n in structure.links:
-                        term = n.elbo_term()
-                        if not math.isfinite(term):
-                            raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-                        L += term
-        finally:
-            for name in data:
-                nodes[name].source = _Shape(shapes[name])
-        return {"elbo": L, "msgs": msgs, "sweeps": sweeps}
+            def update(n):
+                blr_step(model, n, spec[n.name][0], iteration=it)
+                if spec[n.name][1] and not n.point:
+                    n.point = True
+                if n.point:
+                    check_point(n, it)
+            sweeps = block.fit(view, update)
+        if moments is not None:      # the local posterior (local_moments)
+            n = nodes[moments]
+            return tuple(np.array(np.broadcast_to(m, n.plates + np.shape(m)[np.ndim(m) - e:]))
+                         for m, e in zip(n.moments(), n.family.event_ndims))
+        if eval_globals is not None:
+            _set_globals(nodes, eval_globals)
+        msgs = {}
+        for g, kids in children.items():
+            total = None
+            for c in kids:
+                m = message_from(model, nodes[c], nodes[g])
+                if m is not None:
+                    total = m if total is None else tuple(a + b for a, b in zip(total, m))
+            if total is not None:
+                msgs[g] = tuple(np.array(a, dtype=float) for a in total)
+        L = 0.0
+        for n in model.stochastic:
+            if n in structure.links:
+                term = n.elbo_term()
+                if not math.isfinite(term):
+                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+                L += term
+        return {"elbo": L, "msgs": msgs, "sweeps": sweeps,
+                "seconds": time.perf_counter() - t0}
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
 
@@ -584,9 +597,10 @@ def _named(e, p, lo, hi):
 
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "sweeps": 0}
+    out = {"elbo": 0.0, "msgs": {}, "sweeps": 0, "seconds": 0.0}
     for r in parts:
         out["elbo"] += r["elbo"]
+        out["seconds"] += r["seconds"]
         out["sweeps"] = max(out["sweeps"], r["sweeps"])
         for g, m in r["msgs"].items():
             old = out["msgs"].get(g)
