@@ -113,6 +113,16 @@ def main():
                                  bytes_to=st["bytes_to_tasks"], bytes_from=st["bytes_from_tasks"],
                                  model_bytes=st["model_bytes"], elbo=float(f.elbo)))
             out["dask"] = rows
+        # the same tasks in this process, one at a time (dask's synchronous scheduler):
+        # the backend's own cost, without the cluster's processes sharing the cores
+        import dask
+        with dask.config.set(scheduler="sync"):
+            m = gmm(io_dask.read_table(tmp), args.k)
+            stats = []
+            f, first, per = timed_fit(m, args.sweeps, 0,
+                                      lambda it: stats.append(dict(m.dask_view.stats)))
+            out["sync"] = dict(first=first, per_sweep=per, task_seconds=stats[-1]["task_seconds"],
+                               elbo=float(f.elbo))
         import pandas as pd
         frame = pd.read_parquet(tmp)
         Xm = frame.to_numpy()
@@ -140,11 +150,16 @@ def main():
     print("|---|---|---|---|---|---|")
     print(f"| in memory, 1 process | {out['memory']['first']:.2f} | {out['memory']['per_sweep']:.3f} "
           f"| - | - | - |")
+    sy = out["sync"]
+    print(f"| Dask tasks in this process (sync scheduler), {P} partitions | {sy['first']:.2f} | "
+          f"{sy['per_sweep']:.3f} | {sy['task_seconds']:.3f} | {r['bytes_to']:,} | "
+          f"{r['bytes_from']:,} |")
     print(f"| Dask, {W} workers, {P} partitions | {r['first']:.2f} | {r['per_sweep']:.3f} | "
           f"{r['task_seconds']:.3f} | {r['bytes_to']:,} | {r['bytes_from']:,} |")
     print()
     print(f"model shipped once: {r['model_bytes']:,} bytes; final ELBO dask {r['elbo']:.6g}, "
-          f"memory {out['memory']['elbo']:.6g}")
+          f"sync {sy['elbo']:.6g}, memory {out['memory']['elbo']:.6g}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"c = {c * 1e9:.1f} ns per row (task time), o = {o * 1e3:.1f} ms per task; "
           f"projection at {Np:.0e} rows on {Wp} workers ({Pp} partitions of 1e6 rows): "
           f"{proj:.1f} s per sweep, {bytes_sweep / P * Pp / 2 ** 20:.1f} MiB travelling per sweep")

@@ -38,6 +38,8 @@ from .views import DataView, RowView
 
 #: results reduced this many at a time (the tree of the reduction)
 FAN_IN = 8
+#: rows read to the driver for the k-means start
+KMEANS_SAMPLE = 4096
 
 
 def uses_dask(model):
@@ -340,8 +342,10 @@ class DaskView(DataView):
                 for g in self.structure.globals}
 
     def _starts(self):
-        """{assignment name: start} for the tasks: an array (sliced per partition) or
-        ("random", concentration, seed) drawn per partition from the fit's rng."""
+        """{assignment name: start} for the tasks: an array (sliced per partition),
+        ("random", concentration, seed) drawn per partition from the fit's rng, or
+        ("kmeans", centres, scaling): k-means on a sample of rows read to the driver,
+        each partition's rows then assigned to the nearest centre."""
         from .starts import DIFFUSE, Default
         out = {}
         for name, init in self.starts.items():
@@ -349,12 +353,44 @@ class DaskView(DataView):
                 out[name] = init
                 continue
             kind = str(init)
-            if kind in ("kmeans", "kmeans++") and not isinstance(init, Default):
-                raise ValueError(f"init={kind!r} on dask data: k-means starts are not run on "
-                                 f"the cluster; pass init='random', 'diffuse' or an array")
+            if kind in ("kmeans", "kmeans++"):
+                try:
+                    out[name] = self._kmeans(self.model[name], lloyd=kind == "kmeans")
+                    continue
+                except ValueError:
+                    if not isinstance(init, Default):
+                        raise
+                    kind = "random"
             conc = DIFFUSE if kind == "diffuse" else 1.0
             out[name] = ("random", conc, int(self.rng.integers(2 ** 63)))
         return out
+
+    def _kmeans(self, z, lloyd):
+        """Centres of k-means (k-means++ seeds, then Lloyd's iterations) on
+        :data:`KMEANS_SAMPLE` rows drawn at random (read from the chunks), with the
+        standardisation of their features."""
+        from .starts import KMEANS_MAX_ITER, _nearest, _seeds
+        N, K = self.structure.N, z.nat[0].shape[-1]
+        rows = np.sort(self.rng.choice(N, min(N, KMEANS_SAMPLE), replace=False))
+        with RowView(self.model, self.structure, rows):
+            X, M, scale = _features(self.model, z)
+        w = (M.max(axis=1) > 0).astype(float)
+        if np.count_nonzero(w) < K:
+            raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries "
+                             f"in the sample")
+        MX, MX2 = M * X, (M * X * X).sum(1)
+        C = _seeds(X, w, K, self.rng)
+        labels = _nearest(MX, MX2, M, C)
+        for _ in range(KMEANS_MAX_ITER if lloyd else 0):
+            R = np.zeros((X.shape[0], K))
+            R[np.arange(X.shape[0]), labels] = w
+            num, den = R.T @ MX, R.T @ M
+            C = np.where(den > 0, num / np.maximum(den, 1e-300), C)
+            new = _nearest(MX, MX2, M, C)
+            if np.array_equal(new, labels):
+                break
+            labels = new
+        return ("kmeans", C, scale)
 
     # ---- the three questions of the seam ----------------------------------------------
     def step(self, node, rho, iteration=None):
@@ -528,7 +564,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
             _set_globals(nodes, fit_globals)
         if start is not None:
             for name, s in start.items():
-                _start(nodes[name], s, p)
+                _start(model, nodes[name], s, p)
         elif fit_globals is not None and block.nodes:
             for name, (rho, point) in spec.items():
                 nodes[name].point = point and it > 1
@@ -573,16 +609,53 @@ def _chunk(X, W, lo, shape):
     return ChunkSource(np.asarray(X), lo, shape, None if W is None else np.asarray(W))
 
 
-def _start(z, s, p):
+def _start(model, z, s, p):
     """The assignment's start on this partition's rows."""
+    K = z.nat[0].shape[-1]
     if s[0] == "array":
         r = s[1]
+    elif s[0] == "kmeans":
+        from .starts import _nearest
+        X, M, _ = _features(model, z, s[2])
+        labels = _nearest(M * X, (M * X * X).sum(1), M, s[1])
+        r = np.zeros((X.shape[0], K))
+        r[np.arange(X.shape[0]), labels] = 1.0
+        r[M.max(axis=1) == 0] = 1.0 / K
+        r = r.reshape(tuple(z.plates) + (K,))
     else:
         _, conc, seed = s
         rng = np.random.default_rng([seed, p])
-        K = z.nat[0].shape[-1]
         r = rng.dirichlet(np.full(K, conc), size=z.plates)
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
+
+
+def _features(model, z, scale=None):
+    """(X, M, scale): the k-means features of z's entries (its observed mixture
+    children's first statistic, as :func:`~.starts.assignment_features`), standardised
+    with ``scale`` ([(mean, sd)] per child; from these rows when None)."""
+    from .starts import _child_features
+    data = [c for c in model.children[z] if c.stochastic and c.observed
+            and c.factor.selector() is z]
+    if not data:
+        raise ValueError(f"init='kmeans': mixture assignment {z.label()} has no observed "
+                         f"Mixture child to seed from; use init='random'")
+    cols, masks, used = [], [], []
+    for j, y in enumerate(data):
+        X, M = _child_features(z, y)
+        if X is None:
+            raise ValueError(f"init='kmeans': {y.label()} has plates {y.plates}, which do not "
+                             f"extend the assignments' plates {z.plates}; use init='random'")
+        if scale is None:
+            cnt = M.sum(0)
+            mean = (X * M).sum(0) / np.maximum(cnt, 1)
+            sd = np.sqrt(((np.where(M > 0, X, mean) - mean) ** 2 * M).sum(0) / np.maximum(cnt, 1))
+        else:
+            mean, sd = scale[j]
+        X = np.where(M > 0, X, mean)
+        cols.append((X - mean) / np.where(sd > 0, sd, 1.0))
+        masks.append(M)
+        used.append((mean, sd))
+    return np.concatenate(cols, axis=1), np.concatenate(masks, axis=1), used
 
 
 def _named(e, p, lo, hi):
