@@ -141,8 +141,11 @@ def main():
     Np, Wp = args.project_rows, args.project_workers
     Pp = int(np.ceil(Np / 1e6))
     proj = c * Np / Wp + o * Pp + s
+    c_sync = out["sync"]["task_seconds"] / N       # per row, one process alone
+    proj_sync = c_sync * Np / Wp + o * Pp + s
     bytes_sweep = r["bytes_to"] + r["bytes_from"]
-    out["projection"] = dict(c=c, o=o, rows=Np, workers=Wp, partitions=Pp, seconds=proj,
+    out["projection"] = dict(c=c, c_sync=c_sync, o=o, rows=Np, workers=Wp, partitions=Pp,
+                             seconds=proj, seconds_sync_c=proj_sync,
                              bytes_per_sweep=bytes_sweep / P * Pp)
     print()
     print("| setting | first sweep (s) | time per sweep (s) | task compute per sweep (s) | "
@@ -163,6 +166,11 @@ def main():
     print(f"c = {c * 1e9:.1f} ns per row (task time), o = {o * 1e3:.1f} ms per task; "
           f"projection at {Np:.0e} rows on {Wp} workers ({Pp} partitions of 1e6 rows): "
           f"{proj:.1f} s per sweep, {bytes_sweep / P * Pp / 2 ** 20:.1f} MiB travelling per sweep")
+    print(f"with the uncontended c = {c_sync * 1e9:.1f} ns per row (sync scheduler): "
+          f"{proj_sync:.1f} s per sweep ({c_sync * Np / Wp:.1f} s compute + {o * Pp:.1f} s "
+          f"task overhead, taken as serial)")
+    print(f"transfer per sweep: {bytes_sweep:,} bytes for {r['task_seconds']:.2f} task-seconds "
+          f"({bytes_sweep / max(r['task_seconds'], 1e-9) / 2 ** 20:.3f} MiB per task-second)")
     if args.json:
         C.write_json(args.json, out)
 

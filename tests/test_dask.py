@@ -2,7 +2,8 @@
 
 On a LocalCluster of two worker processes: a GMM (full covariance, VMP and EM), a
 Poisson mixture and SVI give the same ELBO trace and posteriors as in memory from the
-same explicit start (relative 1e-10; only the order of the sums differs); a worker
+same explicit start (relative 1e-10; only the order of the sums differs), LDA from dask
+word ids and counts too; the k-means start (on a sample of rows) finds the clusters; a worker
 killed in the middle of a fit changes nothing; a task's error names its partition and
 rows; models whose global messages read another global are refused; data read from
 Parquet files do not land on the driver (tracemalloc peak flat while N grows 10x).
@@ -102,9 +103,15 @@ def test_gmm_full_covariance_equals_the_in_memory_fit(client, method):
     assert dsk["theta"].posterior is not None
 
 
-def test_poisson_mixture_equals_the_in_memory_fit(client):
+def test_poisson_mixture_equals_the_in_memory_fit_with_restarts_and_callback(client):
     X, R = poisson_data()
-    same_fit(poisson_mixture, X, R, "vmp", 120, ["w", "rate"], max_iter=40)
+    seen = []
+    f1, f2, _ = same_fit(poisson_mixture, X, R, "vmp", 120, ["w", "rate"], max_iter=40,
+                         restarts=2, callback=lambda it, L: seen.append((it, L)) and False)
+    close(f1.restart_elbos, f2.restart_elbos)
+    half = len(seen) // 2     # the callback saw both fits' iterations, the same ones
+    assert [i for i, _ in seen[:half]] == [i for i, _ in seen[half:]]
+    close([L for _, L in seen[:half]], [L for _, L in seen[half:]])
 
 
 def lda_data(n_docs=60, V=30, K=3, seed=2):
@@ -192,10 +199,23 @@ def test_models_whose_global_messages_read_another_global_are_refused(client):
     with pytest.raises(ValueError, match="read the global node"):
         bg.Model(x).fit("vmp", init=R)
     m = gmm(da.from_array(X, chunks=150))
-    with pytest.raises(ValueError, match="k-means starts"):
-        m.fit("vmp", init="kmeans")
+    with pytest.raises(ValueError, match="local_restart=False"):
+        m.fit("vmp", init=R, local_restart=False)
     with pytest.raises(ValueError, match="damped"):
         m.fit("ncvmp", init=R)
+
+
+def test_the_default_k_means_start_on_a_sample_recovers_the_clusters(client):
+    from sklearn.metrics import adjusted_rand_score
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 3, 3000)
+    X = np.array([[0.0, 0.0], [9.0, 0.0], [0.0, 9.0]])[labels] + rng.normal(size=(3000, 2))
+    m = gmm(da.from_array(X, chunks=700))
+    f = m.fit("vmp", seed=0, max_iter=100)
+    assert f.converged
+    resp = io_dask.local_moments(m, "z")[0].compute()
+    assert resp.shape == (3000, 3)
+    assert adjusted_rand_score(labels, resp.argmax(1)) == 1.0
 
 
 def _parquet(tmp_path, name, N, files=4, seed=0):
