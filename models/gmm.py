@@ -117,10 +117,12 @@ def _data_mean_cov(X, mask):
 def components(fit):
     """Posterior per component: weight E[w_k], mean E[mu_k] (K, D), mean_sd (posterior sd
     of mu_k), sd (sqrt of the diagonal of E[Sigma_k]) and the Student-t predictive
-    (loc, shape matrix, dof) of each component (MATH.md §3.4)."""
+    (loc, shape matrix, dof) of each component (docs/math.md §3.4)."""
     model = io.fitted_model(fit, NAME)
     meta = model.meta
     out = {"weight": io.mixture_weights(model)}
+    if io.is_point(model, "theta"):
+        return _point_components(model, out)
     p = model["theta"].posterior.params
     D = len(meta["columns"])
     if meta["covariance"] == "full":
@@ -139,6 +141,24 @@ def components(fit):
         out["mean_sd"] = np.sqrt(b / (kappa * am1))
         out["sd"] = np.sqrt(b / am1)
         out["predictive"] = (m, b * (kappa + 1.0) / (a * kappa), 2.0 * a)   # per-cell t: scale^2
+    return out
+
+
+def _point_components(model, out):
+    """Point-mass (EM) components: the MAP mean, no posterior sd (NaN), the spread and
+    a Gaussian predictive (dof = inf) from the MAP precision."""
+    mu, prec = model["theta"].posterior.point
+    if model.meta["covariance"] == "full":
+        cov = np.linalg.inv(prec)
+        out["sd"] = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
+        out["predictive"] = (mu, cov, np.full(len(mu), np.inf))
+    else:  # plates (D, K): transpose to (K, D)
+        mu, prec = mu.T, prec.T
+        out["sd"] = 1.0 / np.sqrt(prec)
+        out["predictive"] = (mu, 1.0 / prec, np.full(mu.shape, np.inf))
+    out["mean"] = mu
+    out["mean_sd"] = np.full(mu.shape, np.nan)
+    out["point"] = True
     return out
 
 
@@ -166,7 +186,8 @@ def predict_proba(fit, X_new):
     else:
         loc, scale2, df = comp["predictive"]
         for k in range(K):
-            lp = stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k]))
+            lp = (stats.norm.logpdf(X, loc=loc[k], scale=np.sqrt(scale2[k])) if np.all(np.isinf(df[k]))
+                  else stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k])))
             logp[:, k] += np.where(obs, lp, 0.0).sum(axis=1)
     return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 
@@ -273,7 +294,10 @@ def component_covariances(fit):
 
 def summarize(fit):
     """One row per (component, column): weight (E[w_k]), n (expected rows), the
-    posterior mean of the component mean, its posterior sd, and the component's sd."""
+    posterior mean of the component mean, its posterior sd, and the component's sd.
+    Point masses (``--method em``) are estimates, not posteriors: the columns are then
+    weight (MAP), n, ``estimate`` (the MAP mean) and sd (from the MAP precision),
+    with no posterior sd."""
     pd = io.require_pandas()
     model = io.fitted_model(fit, NAME)
     comp = components(model)
@@ -284,7 +308,8 @@ def summarize(fit):
             rows.append({"component": k, "weight": comp["weight"][k], "n": n[k], "variable": col,
                          "mean": comp["mean"][k, j], "mean_sd": comp["mean_sd"][k, j],
                          "sd": comp["sd"][k, j]})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return io.point_table(df) if comp.get("point", False) else df
 
 
 def write_outputs(fit, out_dir):

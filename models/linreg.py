@@ -7,7 +7,7 @@
     tau   ~ Gamma(a0, b0)                            noise precision
     y_n   ~ Normal(x_n . w, tau)                     y = Normal(Dot(X, w), tau)
 
-Mean-field VMP gives q(w) = N(m, S), q(tau) and q(alpha) Gamma (MATH.md §6).
+Mean-field VMP gives q(w) = N(m, S), q(tau) and q(alpha) Gamma (docs/math.md §6).
 ARD drives the precision of an irrelevant weight up, so its posterior shrinks
 towards zero; ``prior_precision`` in the summary shows it.
 

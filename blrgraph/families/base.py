@@ -1,6 +1,6 @@
 """The exponential-family interface shared by every family module.
 
-A family is written ``q(x) = h(x) exp(<lam, T(x)> - A(lam))`` (MATH.md §0).
+A family is written ``q(x) = h(x) exp(<lam, T(x)> - A(lam))`` (docs/math.md §0).
 Natural parameters ``lam`` and mean parameters ``mu = E[T(x)]`` are *tuples of
 arrays*, one array per component of ``T``; every array has shape
 ``plates + event_shape_of_that_component`` (``event_ndims[i]`` trailing axes).

@@ -2,7 +2,7 @@
 
     Bern(x | p) = p^x (1 - p)^{1-x},   x in {0, 1}, 0 <= p <= 1
 
-Exponential-family form (MATH.md §2.10): T(x) = (x,), lam = (logit p,), h = 1,
+Exponential-family form (docs/math.md §2.10): T(x) = (x,), lam = (logit p,), h = 1,
 
     A(lam) = log(1 + e^lam) = -log(1 - p),   mu = (p,),
     H = -p log p - (1 - p) log(1 - p),

@@ -2,7 +2,7 @@
 
     Bin(x | n, p) = C(n, x) p^x (1 - p)^{n-x},   x in {0, ..., n}, 0 <= p <= 1
 
-Exponential-family form (MATH.md §2.12): T(x) = (x,), lam = (logit p,),
+Exponential-family form (docs/math.md §2.12): T(x) = (x,), lam = (logit p,),
 h(x) = C(n, x) (not constant),
 
     A(lam) = n log(1 + e^lam),   mu = (n p,),

@@ -2,7 +2,7 @@
 
     Cat(x | pi) = pi_x,   x in {0, ..., K-1}, pi on the simplex (last axis)
 
-Exponential-family form (MATH.md §2.11): T(x) = (onehot_K(x),),
+Exponential-family form (docs/math.md §2.11): T(x) = (onehot_K(x),),
 lam = (log pi,) (K overcomplete log-potentials, pi = softmax(lam); adding a
 constant to lam changes nothing), h = 1,
 

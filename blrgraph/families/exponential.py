@@ -2,7 +2,7 @@
 
     Exp(x | r) = r exp(-r x),   x >= 0, rate r > 0
 
-Exponential-family form (MATH.md §2.4): T(x) = (x,), lam = (-r,), h = 1,
+Exponential-family form (docs/math.md §2.4): T(x) = (x,), lam = (-r,), h = 1,
 
     A(lam) = -log(-lam) = -log r,   mu = (1/r,),   H = 1 - log r,
     KL(Exp(r1) || Exp(r2)) = log(r1/r2) + r2/r1 - 1.

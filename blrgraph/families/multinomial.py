@@ -2,7 +2,7 @@
 
     Mult(x | n, pi) = n! / prod_k x_k! prod_k pi_k^{x_k},   x_k >= 0 integers, sum_k x_k = n
 
-Exponential-family form (MATH.md §2.13): T(x) = (x,) (the count vector),
+Exponential-family form (docs/math.md §2.13): T(x) = (x,) (the count vector),
 lam = (log pi,) (K overcomplete log-potentials, pi = softmax(lam)),
 h(x) = n! / prod_k x_k! (not constant),
 

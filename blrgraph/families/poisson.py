@@ -2,7 +2,7 @@
 
     Poi(x | r) = r^x e^{-r} / x!,   x in {0, 1, 2, ...}, rate r > 0
 
-Exponential-family form (MATH.md §2.14): T(x) = (x,), lam = (log r,),
+Exponential-family form (docs/math.md §2.14): T(x) = (x,), lam = (log r,),
 h(x) = 1/x! (not constant),
 
     A(lam) = e^lam = r,   mu = (r,),

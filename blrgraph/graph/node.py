@@ -47,6 +47,17 @@ class Node:
     def moments(self):
         raise NotImplementedError
 
+    def start(self, rng):
+        """Hook called by the fit after every latent q is set to its prior: a node may
+        move its own or its parents' q to a better starting point (``Dot`` of two
+        latent vectors breaks their symmetry). Default: nothing."""
+
+    def selector(self):
+        """The Categorical node this deterministic node selects components by (``Gate``),
+        or None; the fit treats it as a mixture assignment (its start, its place in the
+        local block). Stochastic nodes answer through their factor's ``selector()``."""
+        return None
+
     # ---- views of some entries of the first plate axis (minibatches, active rows) ----
     def restrict(self, rows, cut, source_rows=None):
         """Become the view of entries ``rows`` of the first plate axis; returns what
@@ -316,6 +327,31 @@ class Stochastic(Node):
         self._obs_moments = None
         self._centred = None
         self.nat = None
+
+    # ---- start ----------------------------------------------------------------
+    def start_from(self, *params):
+        """Start every fit's q of this node at ``Family(*params)`` (the constructor's
+        parameters of the node's family, e.g. ``x.start_from(means, np.eye(K))`` for a
+        MultivariateNormal) instead of at the prior; broadcast to the node's plates.
+        ``start_from()`` with no arguments goes back to the prior. Returns the node."""
+        if not params:
+            self._start = None
+            return self
+        where = f"{self.label()}.start_from"
+        try:
+            nat = self.family.natural_from_params(*self.family.validate_params(*params, where=where))
+            nat = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:]).copy()
+                        for a, k in zip(nat, self.family.event_ndims))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: give the parameters {self.family.param_names} of a "
+                             f"{self.family.name} with plates {self.plates} ({err})") from None
+        self._start = nat
+        return self
+
+    def start(self, rng):
+        """q at the start given by :meth:`start_from`, if any (see :meth:`Node.start`)."""
+        if getattr(self, "_start", None) is not None and not self.observed:
+            self.set_natural(self._start)
 
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):

@@ -1,5 +1,5 @@
 """Where a fit starts: every latent q at its prior, mixture assignments at a start
-that breaks the symmetry between components (docs/algorithms.md, "Starts").
+that breaks the symmetry between components (docs/scheduler.md, "Starts").
 
 * ``"kmeans"`` (the default for mixtures over data): k-means++ seeds, then Lloyd's
   iterations to convergence, on the data the assignments explain (the first

@@ -1,6 +1,6 @@
 """The conditional-factor interface: p(x | parents) in terms of parents' moments.
 
-A factor answers four questions (MATH.md §3.1), all vectorised over plates:
+A factor answers four questions (docs/math.md §3.1), all vectorised over plates:
 
 * ``prior_natural(u)``         E[eta(parents)]: the message to the child, and the
                                child's lam0 contribution;

@@ -1,5 +1,5 @@
 """The mixture (gate) factor: p(x | z, theta) = prod_k p(x | theta_k)^{z_k}
-(MATH.md §3.3). Components live on the last plate axis of the component
+(docs/math.md §3.3). Components live on the last plate axis of the component
 parameters; any conjugate factor can be the component.
 """
 from __future__ import annotations
