@@ -103,6 +103,13 @@ def test_gmm_full_covariance_equals_the_in_memory_fit(client, method):
     assert dsk["theta"].posterior is not None
 
 
+def test_without_the_cluster_dask_threads_give_the_same_fit(client):
+    import dask
+    X, R = gmm_data(N=300, seed=9)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        same_fit(gmm, X, R, "vmp", 70, ["pi", "theta"], max_iter=15, progress=True)
+
+
 def test_poisson_mixture_equals_the_in_memory_fit_with_restarts_and_callback(client):
     X, R = poisson_data()
     seen = []
