@@ -185,8 +185,11 @@ def check_batch(node, rows):
     if isinstance(vnd, int) and x.shape[1:] != node.source.shape[1:]:
         raise ValueError(f"{node.label()}: the streamed rows have shape {x.shape[1:]}, not "
                          f"{node.source.shape[1:]}")
+    w = None
+    if getattr(node.source, "weights", None) is not None:   # counts alongside dask rows
+        w = node.source.read_weights(rows)
     try:
-        return prepare_observation(node, x, None, None)
+        return prepare_observation(node, x, None, w)
     except ValueError as e:      # the entry index of a minibatch -> the source's row number
         msg, n = _ENTRY.subn(lambda m: f"{m.group(1)}({int(rows[int(m.group(2))])}{m.group(3)})",
                              str(e))

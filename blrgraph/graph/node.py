@@ -371,6 +371,9 @@ class Stochastic(Node):
         try:
             source = as_source(data)
             if source is not None:
+                if getattr(source, "dask", False) and weights is not None and mask is None:
+                    source.attach_weights(weights, self.label())   # dask counts of the rows
+                    weights = None
                 if mask is not None or weights is not None:
                     raise ValueError(f"{self.label()}: streamed data takes no mask= or weights=; "
                                      f"stream complete (NaN-free) chunks, or load the data into "

@@ -147,4 +147,7 @@ def as_source(data):
         return data
     if isinstance(data, np.memmap):
         return MemmapSource(data)
+    from .dask_source import DaskSource, is_dask
+    if is_dask(data):
+        return DaskSource(data)
     return None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import dask_rows
 from .batches import AllRows, Minibatches
 from .elbo import elbo
 from .local import LocalBlock
@@ -19,7 +20,7 @@ def check_method(model, method):
     """Refuse a method the model does not fit, naming the node and the way forward."""
     if not method.stochastic:
         for n in model.observed:
-            if n.source is not None:
+            if n.source is not None and not getattr(n.source, "dask", False):
                 raise ValueError(f"fit({method.name!r}): {n.label()} observes streamed data (a "
                                  f"memory-mapped array or Stream); fit it with fit('svi'), which "
                                  f"reads it batch by batch, or load the data into memory")
@@ -100,11 +101,14 @@ def plan_run(model, method, opts, structure):
     else:
         rows, warmup = AllRows(model, structure), 0
         budget = opts.max_iter or (1 if method.one_pass else 1000)
-    return Plan(method=method, structure=structure, block=block, rows=rows,
+    plan = Plan(method=method, structure=structure, block=block, rows=rows,
                 points=set(resolve_points(model, method, opts.point, structure)),
                 starts=starts, max_iter=budget, tol=opts.tol, callback=opts.callback,
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
+    if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
+        plan = dask_rows.adopt(model, method, plan, opts)
+    return plan
 
 
 def _default_init(model, method, structure, z):
@@ -158,6 +162,8 @@ def _fit_once(model, method, opts, seed):
     for n in model.latent:
         n.point = n in plan.points
         n.fitted = n.fitted or not method.stochastic
+    if hasattr(plan.rows, "finish"):  # rows on Dask: local posteriors stay on the workers
+        plan.rows.finish(model)
     trace = run.trace
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),

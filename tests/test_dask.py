@@ -1,0 +1,270 @@
+"""Fits on dask arrays (docs/scaling.md) against the same fits in memory.
+
+On a LocalCluster of two worker processes: a GMM (full covariance, VMP and EM), a
+Poisson mixture and SVI give the same ELBO trace and posteriors as in memory from the
+same explicit start (relative 1e-10; only the order of the sums differs), LDA from dask
+word ids and counts too; the k-means start (on a sample of rows) finds the clusters; a worker
+killed in the middle of a fit changes nothing; a task's error names its partition and
+rows; models whose global messages read another global are refused; data read from
+Parquet files do not land on the driver (tracemalloc peak flat while N grows 10x).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import tracemalloc
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import blrgraph as bg  # noqa: E402
+from blrgraph import io_dask  # noqa: E402
+
+REL = 1e-10
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=40)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def close(a, b, rel=REL):
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    assert a.shape == b.shape
+    scale = max(float(np.max(np.abs(a))), 1e-300)
+    assert float(np.max(np.abs(a - b))) <= rel * scale, float(np.max(np.abs(a - b))) / scale
+
+
+def gmm_data(N=600, seed=0):
+    rng = np.random.default_rng(seed)
+    means = np.array([[0.0, 0.0, 0.0], [6.0, 0.0, 1.0], [0.0, 6.0, -1.0]])
+    L = np.array([[1.0, 0, 0], [0.4, 0.8, 0], [-0.3, 0.2, 0.7]])
+    z = rng.integers(0, 3, N)
+    X = means[z] + rng.normal(size=(N, 3)) @ L.T
+    return X, rng.dirichlet(np.ones(3), size=N)
+
+
+def gmm(data, K=3):
+    N, D = data.shape
+    pi = bg.Dirichlet(np.full(K, 0.5), name="pi")
+    z = bg.Categorical(pi, plates=(N,), name="z")
+    theta = bg.NormalWishart(np.zeros(D), 0.01, D + 1.0, np.eye(D), plates=(K,), name="theta")
+    x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(data)
+    return bg.Model(x)
+
+
+def poisson_data(N=500, seed=1):
+    rng = np.random.default_rng(seed)
+    rates = np.array([[1.0, 6.0, 2.0, 0.5], [7.0, 1.0, 5.0, 3.0]])
+    X = rng.poisson(rates[rng.integers(0, 2, N)]).astype(float)
+    return X, rng.dirichlet(np.ones(2), size=(N, 1))
+
+
+def poisson_mixture(data, K=2):
+    N, D = data.shape
+    w = bg.Dirichlet(np.ones(K), name="w")
+    rate = bg.Gamma(1.0, 0.3 * np.ones((D, K)), name="rate")
+    z = bg.Categorical(w, plates=(N, 1), name="z")
+    x = bg.Mixture(z, bg.Poisson, rate, name="x").observe(data)
+    return bg.Model(x)
+
+
+def same_fit(build, X, R, method, chunks, globals_, **opts):
+    mem = build(X)
+    f1 = mem.fit(method, init=R, **opts)
+    dsk = build(da.from_array(X, chunks=chunks))
+    f2 = dsk.fit(method, init=R, **opts)
+    assert f1.n_iter == f2.n_iter and f1.converged == f2.converged
+    close(f1.elbo_trace, f2.elbo_trace)
+    for g in globals_:
+        for a, b in zip(mem[g].nat, dsk[g].nat):
+            close(a, b)
+    resp = io_dask.local_moments(dsk, "z")[0]
+    assert isinstance(resp, da.Array)
+    close(mem["z"].moments()[0], resp.compute())
+    return f1, f2, dsk
+
+
+@pytest.mark.parametrize("method", ["vmp", "em"])
+def test_gmm_full_covariance_equals_the_in_memory_fit(client, method):
+    X, R = gmm_data()
+    f1, f2, dsk = same_fit(gmm, X, R, method, 150, ["pi", "theta"], max_iter=40)
+    assert len(f2.elbo_trace) > 5
+    with pytest.raises(AttributeError, match="local_moments"):
+        dsk["z"].posterior
+    assert dsk["theta"].posterior is not None
+
+
+def test_without_the_cluster_dask_threads_give_the_same_fit(client):
+    import dask
+    X, R = gmm_data(N=300, seed=9)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        same_fit(gmm, X, R, "vmp", 70, ["pi", "theta"], max_iter=15, progress=True)
+
+
+def test_poisson_mixture_equals_the_in_memory_fit_with_restarts_and_callback(client):
+    X, R = poisson_data()
+    seen = []
+    f1, f2, _ = same_fit(poisson_mixture, X, R, "vmp", 120, ["w", "rate"], max_iter=40,
+                         restarts=2, callback=lambda it, L: seen.append((it, L)) and False)
+    close(f1.restart_elbos, f2.restart_elbos)
+    half = len(seen) // 2     # the callback saw both fits' iterations, the same ones
+    assert [i for i, _ in seen[:half]] == [i for i, _ in seen[half:]]
+    close([L for _, L in seen[:half]], [L for _, L in seen[half:]])
+
+
+def lda_data(n_docs=60, V=30, K=3, seed=2):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(V, 0.1), size=K)
+    counts = np.array([np.bincount(rng.choice(V, size=40, p=rng.dirichlet(np.full(K, 0.3)) @ topics),
+                                   minlength=V) for _ in range(n_docs)], dtype=float)
+    doc, word = np.nonzero(counts)               # sorted by document
+    return doc, word, counts[doc, word], rng.dirichlet(np.ones(K), size=len(doc))
+
+
+def lda(n_docs, doc, words, counts, K=3, V=30):
+    theta = bg.Dirichlet(np.full(K, 1 / K), plates=(n_docs,), name="theta")
+    phi = bg.Dirichlet(np.full(V, 1 / K), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], plates=(len(doc),), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(words, weights=counts)
+    return bg.Model(y)
+
+
+def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
+    doc, word, cnt, R = lda_data()
+    opts = dict(max_iter=12, init=R, local_restart=True)
+    mem = lda(60, doc, word, cnt)
+    f1 = mem.fit("vmp", **opts)
+    # chunks of 250 entries split documents: the boundaries move to the next document
+    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+              da.from_array(cnt, chunks=250))
+    f2 = dsk.fit("vmp", **opts)
+    close(f1.elbo_trace, f2.elbo_trace)
+    close(mem["phi"].nat[0], dsk["phi"].nat[0])
+    theta = io_dask.local_moments(dsk, "theta")[0]
+    assert theta.shape == (60, 3)
+    close(mem["theta"].moments()[0], theta.compute())
+    close(mem["z"].moments()[0], io_dask.local_moments(dsk, "z")[0].compute())
+
+
+def test_svi_with_the_same_seed_equals_the_in_memory_fit(client):
+    X, _ = gmm_data(N=400, seed=3)
+    fits = []
+    for data in (X, da.from_array(X, chunks=100)):
+        m = gmm(data)
+        fits.append((m, m.fit("svi", init="random", seed=5, batch_size=40, max_steps=25,
+                              warmup=3)))
+    (m1, f1), (m2, f2) = fits
+    close(f1.elbo_trace, f2.elbo_trace)
+    for a, b in zip(m1["theta"].nat, m2["theta"].nat):
+        close(a, b)
+
+
+def test_a_worker_killed_mid_fit_changes_nothing(client):
+    X, R = gmm_data(N=800, seed=4)
+    ref = gmm(X).fit("vmp", init=R, max_iter=12)
+    pids = list(client.run(os.getpid).values())
+    killed = []
+
+    def kill(it, elbo):
+        if it == 4:
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(it)
+        return False
+
+    m = gmm(da.from_array(X, chunks=100))
+    f = m.fit("vmp", init=R, max_iter=12, callback=kill)
+    assert killed == [4]
+    close(ref.elbo_trace, f.elbo_trace)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_an_error_in_a_task_names_the_partition_and_its_rows(client):
+    X, R = gmm_data()
+    X[437, 1] = np.nan
+    m = gmm(da.from_array(X, chunks=150))
+    with pytest.raises(ValueError, match=r"dask partition 2 \(rows 300\.\.449\).*row 437"):
+        m.fit("vmp", init=R, max_iter=3)
+
+
+def test_models_whose_global_messages_read_another_global_are_refused(client):
+    X, R = gmm_data()
+    N, D, K = X.shape[0], 3, 3
+    pi = bg.Dirichlet(np.ones(K), name="pi")
+    z = bg.Categorical(pi, plates=(N,), name="z")
+    mu = bg.MultivariateNormal(np.zeros(D), np.eye(D) * 0.01, plates=(K,), name="mu")
+    Lam = bg.Wishart(D + 1.0, np.eye(D), plates=(K,), name="Lam")
+    x = bg.Mixture(z, bg.MultivariateNormal, mu, Lam, name="x").observe(da.from_array(X, chunks=150))
+    with pytest.raises(ValueError, match="read the global node"):
+        bg.Model(x).fit("vmp", init=R)
+    m = gmm(da.from_array(X, chunks=150))
+    with pytest.raises(ValueError, match="local_restart=False"):
+        m.fit("vmp", init=R, local_restart=False)
+    with pytest.raises(ValueError, match="damped"):
+        m.fit("ncvmp", init=R)
+
+
+def test_the_default_k_means_start_on_a_sample_recovers_the_clusters(client):
+    from sklearn.metrics import adjusted_rand_score
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 3, 3000)
+    X = np.array([[0.0, 0.0], [9.0, 0.0], [0.0, 9.0]])[labels] + rng.normal(size=(3000, 2))
+    m = gmm(da.from_array(X, chunks=700))
+    f = m.fit("vmp", seed=0, max_iter=100)
+    assert f.converged
+    resp = io_dask.local_moments(m, "z")[0].compute()
+    assert resp.shape == (3000, 3)
+    assert adjusted_rand_score(labels, resp.argmax(1)) == 1.0
+
+
+def _parquet(tmp_path, name, N, files=4, seed=0):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(seed)
+    d = tmp_path / name
+    d.mkdir()
+    for i in range(files):
+        n = N // files
+        c = rng.integers(0, 2, n)
+        frame = pd.DataFrame({"a": rng.normal(size=n) + 5 * c, "b": rng.normal(size=n) - 3 * c,
+                              "c": rng.normal(size=n)})
+        frame.to_parquet(d / f"part{i}.parquet")
+    return d
+
+
+def test_parquet_rows_never_land_on_the_driver(client, tmp_path):
+    peaks = {}
+    for N in (20_000, 200_000):
+        path = _parquet(tmp_path, f"n{N}", N)
+        X = io_dask.read_table(path)
+        assert X.shape == (N, 3) and X.numblocks[0] == 4
+        m = gmm(X, K=2)
+        tracemalloc.start()
+        f = m.fit("vmp", init="random", seed=0, max_iter=4)
+        peaks[N] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert np.all(np.isfinite(f.elbo_trace)) and len(f.elbo_trace) >= 2
+    data_bytes = 200_000 * 3 * 8
+    # the driver's peak does not grow with N (4.8 MB of rows at the larger N)
+    assert peaks[200_000] < 2 * peaks[20_000] + 200_000, peaks
+    assert peaks[200_000] < data_bytes / 4, peaks
+
+
+def test_read_table_refuses_text_columns_and_unknown_columns(client, tmp_path):
+    pd = pytest.importorskip("pandas")
+    d = tmp_path / "t"
+    d.mkdir()
+    pd.DataFrame({"a": [1.0, 2.0], "s": ["x", "y"]}).to_csv(d / "one.csv", index=False)
+    with pytest.raises(ValueError, match=r"\['s'\] are not numeric"):
+        io_dask.read_table(d)
+    with pytest.raises(ValueError, match="no column"):
+        io_dask.read_table(d, columns=["q"])
+    X = io_dask.read_table(d, columns=["a"])
+    assert X.compute().tolist() == [[1.0], [2.0]]
