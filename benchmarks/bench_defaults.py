@@ -35,6 +35,7 @@ Parts (``--parts``, comma-separated; default all):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -220,21 +221,23 @@ def first_reach(trace, target):
     return None
 
 
-def lda_compare(name, corpus, K, alpha, eta, args, out, online=False):
+def lda_compare(name, corpus, K, alpha, eta, args, out, online=False, seed=0):
+    extra = json.loads(args.lda_options) if args.lda_options else {}
     if online:
         B = min(256, corpus["train"].shape[0])
         n = corpus["train"].shape[0]
         sk = L.run_sklearn(corpus, K, alpha, eta, learning_method="online", batch_size=B, learning_offset=10.0,
-                           learning_decay=0.7, max_iter=10, total_samples=n)
+                           learning_decay=0.7, max_iter=10, total_samples=n, random_state=seed)
         per_epoch = -(-n // B)
-        blr = lda_default_run(corpus, K, alpha, eta, "svi", {"batch_size": B},
-                              max_sweeps=args.svi_max_epochs * per_epoch, eval_every=max(1, per_epoch // 4))
+        blr = lda_default_run(corpus, K, alpha, eta, "svi", {"batch_size": B, **extra},
+                              max_sweeps=args.svi_max_epochs * per_epoch, eval_every=max(1, per_epoch // 4),
+                              seed=seed)
     else:
-        sk = L.run_sklearn(corpus, K, alpha, eta, learning_method="batch", max_iter=20)
-        blr = lda_default_run(corpus, K, alpha, eta, "vmp", {}, max_sweeps=args.lda_max_sweeps)
+        sk = L.run_sklearn(corpus, K, alpha, eta, learning_method="batch", max_iter=20, random_state=seed)
+        blr = lda_default_run(corpus, K, alpha, eta, "vmp", extra, max_sweeps=args.lda_max_sweeps, seed=seed)
     sk["recovery"] = sk["recovery"] if corpus.get("phi_true") is not None else None
     reach = first_reach(blr["trace"], sk["ll"])
-    row = {"sklearn": sk, "blrgraph": blr, "reached": reach,
+    row = {"seed": seed, "options": extra, "sklearn": sk, "blrgraph": blr, "reached": reach,
            "ratio_wall": None if reach is None else sk["time"] / reach["time"],
            "ratio_cpu": None if reach is None else sk["cpu"] / reach["cpu"],
            "best_ll": max(p["ll"] for p in blr["trace"])}
@@ -249,15 +252,16 @@ def part_lda(args, out, which):
     if which in ("lda", "svi-lda"):
         corpus = L.make_corpus(3000, 1500, 20, 80, alpha, eta, seed=0)
         out["lda_corpus_synthetic"] = {"docs": 3000, "V": 1500, "K": 20, "nnz": corpus["train"].nnz}
-        for _ in range(args.lda_repeats):
-            lda_compare("synthetic", corpus, 20, alpha, eta, args, out, online=(which == "svi-lda"))
+        for seed in range(args.lda_repeats):
+            lda_compare("synthetic", corpus, 20, alpha, eta, args, out, online=(which == "svi-lda"), seed=seed)
     if which == "lee":
         corpus = lee_corpus()
         out["lda_corpus_lee"] = {k: corpus[k] for k in ("n_docs", "V", "tokens")}
         out["lda_corpus_lee"]["train_nnz"] = corpus["train"].nnz
         print(f"Lee corpus: {corpus['n_docs']} docs, V={corpus['V']}, {corpus['tokens']} tokens", flush=True)
-        for _ in range(args.lda_repeats):
-            lda_compare("lee", corpus, args.lee_topics, 1.0 / args.lee_topics, 1.0 / args.lee_topics, args, out)
+        for seed in range(args.lda_repeats):
+            lda_compare("lee", corpus, args.lee_topics, 1.0 / args.lee_topics, 1.0 / args.lee_topics, args, out,
+                        seed=seed)
 
 
 # =========================================================================================
@@ -267,10 +271,12 @@ def part_svi_gmm(args, out):
     X = G.make_data(200_000, 2, 5, seed=0)
     pri = G.make_priors(X)
     rows = []
+    extra = json.loads(args.svi_options) if args.svi_options else {}
     model, nodes = G.build_blrgraph(X, 5, pri)
     t0 = time.perf_counter()
     res = model.fit("vmp")
     t_vmp = time.perf_counter() - t0
+    vmp_sweeps = int(res.n_iter)
     r, params = G.blrgraph_params(nodes)
     L_vmp = G.evaluate_elbo(X, r, params, pri)
     print(f"svi-gmm: batch fit('vmp') full ELBO {L_vmp:.2f} ({res.n_iter} sweeps, {t_vmp:.1f} s)", flush=True)
@@ -278,7 +284,7 @@ def part_svi_gmm(args, out):
         for seed in range(args.svi_seeds):
             model, nodes = G.build_blrgraph(X, 5, pri)
             t0 = time.perf_counter()
-            res = model.fit("svi", batch_size=B, epochs=3, seed=seed)
+            res = model.fit("svi", batch_size=B, epochs=3, seed=seed, **extra)
             t = time.perf_counter() - t0
             r, params = G.blrgraph_params(nodes)
             L_svi = G.evaluate_elbo(X, r, params, pri)
@@ -287,7 +293,7 @@ def part_svi_gmm(args, out):
                          "steps": int(res.n_iter)})
             print(f"svi-gmm B={B} seed {seed}: full ELBO {L_svi:.2f}, gap {100 * gap:.3f}% ({t:.1f} s, "
                   f"{res.n_iter} steps)", flush=True)
-    out["svi_gmm"] = {"vmp_elbo": L_vmp, "vmp_sweeps": int(res.n_iter), "vmp_time": t_vmp, "runs": rows}
+    out["svi_gmm"] = {"vmp_elbo": L_vmp, "vmp_sweeps": vmp_sweeps, "options": extra, "vmp_time": t_vmp, "runs": rows}
 
 
 # =========================================================================================
@@ -316,18 +322,19 @@ def report(out):
         tab = []
         for row in rows:
             sk, b, r = row["sklearn"], row["blrgraph"], row["reached"]
-            tab.append([f"{sk['time']:.2f} s", f"{sk['ll']:.4f}",
+            tab.append([row.get("seed", 0), json.dumps(row.get("options") or {}) or "none",
+                        f"{sk['time']:.2f} s", f"{sk['ll']:.4f}",
                         "not reached" if r is None else f"{r['time']:.2f} s (it {r['iter']})",
                         "-" if r is None else f"**{C.fmt_x(row['ratio_wall'])}** ({C.fmt_x(row['ratio_cpu'])})",
                         f"{b['final_ll']:.4f} ({b['n_iter']} it, {b['time_total']:.1f} s)", f"{row['best_ll']:.4f}",
                         "-" if sk.get("recovery") is None else f"{sk['recovery'][0]:.3f}",
                         "-" if b.get("recovery") is None else f"{b['recovery'][0]:.3f}"])
-        print(C.md_table(["sklearn time", "sklearn held-out ll", "blrgraph time to reach it",
+        print(C.md_table(["seed", "blrgraph options", "sklearn time", "sklearn held-out ll", "blrgraph time to reach it",
                           "sklearn / blrgraph time, wall (CPU)", "blrgraph final ll (iterations, time)",
                           "blrgraph best ll", "sklearn topic cos", "blrgraph topic cos"], tab))
     if "svi_gmm" in out:
         s = out["svi_gmm"]
-        print(f"\n### SVI GMM 200k x 2, K=5, 3 epochs; batch fit('vmp') full ELBO {s['vmp_elbo']:.2f} "
+        print(f"\n### SVI GMM 200k x 2, K=5, 3 epochs, options {s.get('options') or 'none'}; batch fit('vmp') full ELBO {s['vmp_elbo']:.2f} "
               f"({s['vmp_sweeps']} sweeps, {s['vmp_time']:.1f} s)\n")
         print(C.md_table(["batch_size", "seed", "SVI full ELBO", "gap to batch VMP", "time", "steps"],
                          [[r["batch_size"], r["seed"], f"{r['elbo']:.2f}", f"{100 * r['gap']:.3f}%",
@@ -342,11 +349,15 @@ def main(argv=None):
     ap.add_argument("--gmm-data", default="synthetic,iris,wine,breast_cancer")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="GMM: repeats (seeds 0..n-1), interleaved")
-    ap.add_argument("--lda-repeats", type=int, default=1)
+    ap.add_argument("--lda-repeats", type=int, default=1,
+                    help="LDA: runs with seed i for blrgraph and random_state i for sklearn, i < n")
+    ap.add_argument("--lda-options", help="LDA: extra fit options as JSON (for experiments; "
+                                          "the targets use none)")
     ap.add_argument("--lda-max-sweeps", type=int, default=40)
     ap.add_argument("--lee-topics", type=int, default=10)
     ap.add_argument("--svi-batch", default="1000")
-    ap.add_argument("--svi-seeds", type=int, default=2)
+    ap.add_argument("--svi-seeds", type=int, default=3)
+    ap.add_argument("--svi-options", help="SVI GMM: extra fit options as JSON (for experiments)")
     ap.add_argument("--svi-max-epochs", type=int, default=20, help="SVI LDA: stop after this many epochs")
     ap.add_argument("--blas-threads", type=int)
     ap.add_argument("--json")
