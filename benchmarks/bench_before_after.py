@@ -23,7 +23,9 @@ Cases:
   kappa=0.7, batch_over=y, final_local_pass=False, seed=0)``; time per step.
 
 Per sweep = the median interval between successive callback time stamps, leaving out
-the first ``--skip`` intervals. Set ``--blas-threads 1`` on a shared machine (it sets
+the first ``--skip`` intervals, in wall time and in process CPU time (``time.process_time``;
+on an oversubscribed machine the CPU time is the steadier measure of the work, the wall
+time what a user waits). Set ``--blas-threads 1`` on a shared machine (it sets
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / MKL_NUM_THREADS in the workers).
 
     PYTHONPATH=. python benchmarks/bench_before_after.py --old ../wt-old --new . \
@@ -62,7 +64,7 @@ def _import_helpers():
 
 def _stamps_cb(stamps):
     def cb(it, L):
-        stamps.append(time.perf_counter())
+        stamps.append((time.perf_counter(), time.process_time()))
         return False
     return cb
 
@@ -175,17 +177,22 @@ def main(argv=None):
             order = ("old", "new") if r % 2 == 0 else ("new", "old")
             for kind in order:
                 o = run_one(case, iters[case], trees[kind], kind, args.blas_threads)
-                per, _ = C.per_iter(o["stamps"], skip=args.skip)
-                res[kind].append({"per_iter": per, "check": o["check"], "n_iter": o["n_iter"],
-                                  "total": o["total"], "load": C.loadavg()})
-                print(f"{case} repeat {r} {kind}: {C.fmt_t(per)} per sweep, check {o['check']:.10g}, "
-                      f"load {C.loadavg()}", flush=True)
+                st = np.asarray(o["stamps"])
+                per, _ = C.per_iter(st[:, 0], skip=args.skip)
+                cpu, _ = C.per_iter(st[:, 1], skip=args.skip)
+                res[kind].append({"per_iter": per, "cpu_per_iter": cpu, "check": o["check"],
+                                  "n_iter": o["n_iter"], "total": o["total"], "load": C.loadavg()})
+                print(f"{case} repeat {r} {kind}: {C.fmt_t(per)} per sweep ({C.fmt_t(cpu)} CPU), check "
+                      f"{o['check']:.10g}, load {C.loadavg()}", flush=True)
         med = {k: float(np.median([x["per_iter"] for x in v])) for k, v in res.items()}
+        med_cpu = {k: float(np.median([x["cpu_per_iter"] for x in v])) for k, v in res.items()}
         ratios = [n["per_iter"] / o["per_iter"] for o, n in zip(res["old"], res["new"])]
+        cpu_ratios = [n["cpu_per_iter"] / o["cpu_per_iter"] for o, n in zip(res["old"], res["new"])]
         checks = {k: [x["check"] for x in v] for k, v in res.items()}
         same = bool(np.allclose(checks["old"][0], checks["new"][0], rtol=1e-9, atol=0))
         out["cases"][case] = {"runs": res, "median": med, "ratio_of_medians": med["new"] / med["old"],
-                              "paired_ratios": ratios, "same_result": same, "iters": iters[case]}
+                              "paired_ratios": ratios, "median_cpu": med_cpu,
+                              "cpu_ratio_of_medians": med_cpu["new"] / med_cpu["old"], "paired_cpu_ratios": cpu_ratios, "same_result": same, "iters": iters[case]}
     out["total_seconds"] = time.perf_counter() - t_all
     report(out, C)
     C.write_json(args.json, out)
@@ -205,11 +212,16 @@ def report(out, C):
                      f"{C.fmt_t(r['median']['new'])} ({C.fmt_t(min(news))} to {C.fmt_t(max(news))})",
                      f"**{r['ratio_of_medians']:.3f}**",
                      f"{np.median(pr):.3f} ({min(pr):.3f} to {max(pr):.3f})",
+                     f"{C.fmt_t(r['median_cpu']['old'])} / {C.fmt_t(r['median_cpu']['new'])}: "
+                     f"**{r['cpu_ratio_of_medians']:.3f}** ({min(r['paired_cpu_ratios']):.3f} to "
+                     f"{max(r['paired_cpu_ratios']):.3f})",
                      "yes" if r["same_result"] else
                      f"no ({r['runs']['old'][0]['check']:.8g} vs {r['runs']['new'][0]['check']:.8g})"])
     print(C.md_table(["case", "sweeps/steps per run", "repeats", "old: median per sweep (range)",
                       "new: median per sweep (range)", "new / old (medians)",
-                      "paired new/old ratios: median (range)", "same final ELBO / means"], rows))
+                      "paired new/old ratios: median (range)",
+                      "CPU per sweep old / new: ratio of medians (paired range)", "same final ELBO / means"],
+                     rows))
     print(f"\ncommand: `{out['command']}`; total {out['total_seconds']:.0f} s")
 
 
