@@ -19,7 +19,7 @@ starting responsibilities r0 ~ Dirichlet(1) drawn with ``np.random.default_rng(s
   distances, weighted Gram matrices). The faster is the floor. Both monitor a bound
   each iteration, like the libraries do.
 
-Quality is the full VB-GMM ELBO (MATH.md §3.4, Bishop 10.70-10.77) of each fitted
+Quality is the full VB-GMM ELBO (docs/math.md §3.4, Bishop 10.70-10.77) of each fitted
 (r, q(pi), q(mu, Lambda)), all through one function, :func:`evaluate_elbo`.
 
 Memory: a separate short run (``--mem-iters``) of each under tracemalloc (numpy heap
@@ -79,7 +79,7 @@ def initial_resp(N, K, seed):
 
 
 # =========================================================================================
-# the one ELBO used for every fitted parameter set (MATH.md §3.4 full form)
+# the one ELBO used for every fitted parameter set (docs/math.md §3.4 full form)
 # =========================================================================================
 def _log_wishart_B(W, nu):
     """log B(W, nu) (Bishop B.79)."""
@@ -276,7 +276,7 @@ def _m_closed(Nk, Sx, Sxx, pri):
     Linv = np.linalg.inv(Lc)                                   # batched K x D x D, tiny
     W = np.einsum("kji,kjl->kil", Linv, Linv)                  # W = Lc^-T Lc^-1
     W_logdet = -2.0 * np.log(np.diagonal(Lc, axis1=1, axis2=2)).sum(1)
-    # collapsed-bound normalisers (MATH.md §3.4), except -sum r log r and -(ND/2) log 2pi
+    # collapsed-bound normalisers (docs/math.md §3.4), except -sum r log r and -(ND/2) log 2pi
     K = Nk.shape[0]
     logB = -0.5 * nu * W_logdet - 0.5 * nu * D * np.log(2.0) - np.array(
         [multigammaln(0.5 * v, D) for v in nu])

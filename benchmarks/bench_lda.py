@@ -17,7 +17,7 @@ gamma under E[log phi].
   callback evaluates after every sweep; evaluation time is excluded from blrgraph's
   clock). Reported: both times and their ratio, topic recovery (Hungarian-matched cosine
   similarity to the true topics), the final training ELBO (sklearn ``score(X)`` is the
-  full ELBO, MATH.md §7.1) and peak memory. ``--seeds n`` repeats the blrgraph run with
+  full ELBO, docs/math.md §7.1) and peak memory. ``--seeds n`` repeats the blrgraph run with
   seeds 0..n-1 against the same target (LDA's local optima depend on the start).
 * Batch, plain VMP: ``fit("vmp", tol=0)`` with z, theta and phi updated once per sweep
   (evaluated every ``--eval-every`` sweeps); on this corpus it settles in a worse
@@ -178,7 +178,7 @@ def run_sklearn(corpus, K, alpha, eta, **kw):
         t0, c0 = time.perf_counter(), time.process_time()
         est.fit(corpus["train"])
         t, cpu = time.perf_counter() - t0, time.process_time() - c0
-        train_elbo = float(est.score(corpus["train"]))  # _approx_bound: the full ELBO (MATH.md §7.1)
+        train_elbo = float(est.score(corpus["train"]))  # _approx_bound: the full ELBO (docs/math.md §7.1)
     ll, ppl = doc_completion(est.components_, corpus["held_obs"], corpus["held_eval"], alpha)
     rec = topic_recovery(est.components_, corpus["phi_true"])
     return {"time": t, "cpu": cpu, "ll": ll, "ppl": ppl, "recovery": rec, "n_iter": int(est.n_iter_),

@@ -8,10 +8,11 @@
     blrgraph predict FIT.npz NEW.csv [--out DIR]
     blrgraph demo [--out demo-output] [--k 3] [--seed 2] [--method svi ...]
     blrgraph models
+    blrgraph example NAME [--rows N] [--seed 0] [--out DIR]
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture, local_level) or the path to a model file of your own: a Python file
+poisson_mixture, local_level, pca) or the path to a model file of your own: a Python file
 that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
@@ -568,6 +569,33 @@ def cmd_models(args, stdout, stderr):
     return 0
 
 
+def cmd_example(args, stdout, stderr):
+    from . import examples
+    if args.name is None:
+        for name, (rows, desc) in examples.NAMES.items():
+            print(f"{name:10s} {desc} ({rows} rows)", file=stdout)
+        return 0
+    out = Path(args.out)
+    if not out.is_dir():
+        raise CLIError(f"--out {args.out!r} is not a directory")
+    path = examples.write(args.name, out / f"{args.name}.csv", rows=args.rows, seed=args.seed)
+    print(f"wrote {path}", file=stdout)
+    return 0
+
+
+def add_example_parser(sub):
+    """``blrgraph example NAME``: write one of the example tables of the docs."""
+    e = sub.add_parser("example", help="write an example CSV file used by the docs",
+                       description="Write NAME.csv, a small simulated table used by the docs "
+                                   "(no NAME: list them).")
+    e.add_argument("name", nargs="?", metavar="NAME", help="blobs, customers, survey, houses, "
+                   "loans, claims, counts, reviews or people")
+    e.add_argument("--rows", type=int, help="number of rows (default: the example's)")
+    e.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    e.add_argument("--out", default=".", help="directory to write NAME.csv in (.)")
+    e.set_defaults(handler=cmd_example)
+
+
 def make_parser():
     p = argparse.ArgumentParser(
         prog="blrgraph",
@@ -643,6 +671,7 @@ def make_parser():
     m = sub.add_parser("models", help="list the models of the zoo")
     m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
     m.set_defaults(handler=cmd_models)
+    add_example_parser(sub)
     return p
 
 

@@ -5,10 +5,10 @@ prior and returns a :class:`ConjugateResult`: the name of the posterior
 family, its constructor parameters (``params``, keyed by the parameter names
 used by the family modules) and the log evidence ``log p(data)``.
 
-Conventions (MATH.md §0): Gamma(shape a, rate b); Wishart W(Lambda | W, nu)
+Conventions (docs/math.md §0): Gamma(shape a, rate b); Wishart W(Lambda | W, nu)
 with scale matrix W, so E[Lambda] = nu W (Bishop's convention, the same as
 ``scipy.stats.wishart(df=nu, scale=W)``); Normal and multivariate-Normal nodes
-are parameterised by (mean, precision).  The formulas are those of MATH.md §6.
+are parameterised by (mean, precision).  The formulas are those of docs/math.md §6.
 
 References
 ----------

@@ -817,8 +817,25 @@ def responsibilities(model, node="z"):
     return r.reshape(r.shape[0], r.shape[-1])
 
 
+def is_point(model, node):
+    """True when ``node`` was fitted as a point mass (EM, ``point=``): its posterior is
+    the point alone, with no spread, and a table should show it as an estimate."""
+    return bool(model[node].posterior.is_point)
+
+
+def point_table(df, posterior_sd=("mean_sd",), value="mean"):
+    """A zoo table of point estimates (EM): the ``value`` column renamed ``estimate``
+    (it is the MAP value, not a posterior mean; ``value=None`` keeps the name) and the
+    posterior-sd columns dropped (a point mass has no posterior spread)."""
+    df = df.drop(columns=[c for c in posterior_sd if c in df.columns])
+    return df if value is None else df.rename(columns={value: "estimate"})
+
+
 def mixture_weights(model, node="weights"):
-    """E[w_k] = alpha_k / sum(alpha) of a Dirichlet weights node."""
+    """E[w_k] = alpha_k / sum(alpha) of a Dirichlet weights node; for a point mass (EM),
+    the point (the MAP weights)."""
+    if is_point(model, node):
+        return np.asarray(model[node].posterior.point, dtype=float)
     alpha = model[node].posterior.params["alpha"]
     return alpha / alpha.sum()
 

@@ -5,7 +5,9 @@ SHA-256 checksum of the arrays, as :mod:`blrgraph.inference.checkpoint`) holding
 
 * the natural parameters of the *global* latent nodes (those not on the data axis:
   weights, components, regression weights, topics; the local nodes -- one
-  assignment per training row -- are left out),
+  assignment per training row -- are left out), with the location shift c of a
+  Gaussian node (``shift/<name>``: its natural parameters are those of x - c,
+  docs/dev/numerics.md), so that the loaded posteriors are in the data's coordinates,
 * the model's ``meta`` entries that are plain values (column names, levels, K, the
   design recipe) and its small numeric arrays (``to_original``), not the training
   data (``X``, ``y``, masks, the table),
@@ -63,6 +65,8 @@ def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), see
             raise ValueError(f"{n.label()}: a {n.family.name} node cannot be saved for prediction")
         for i, a in enumerate(n.nat):
             data[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
+        if getattr(n.family, "shift", None) is not None:   # the coordinates of nat (centring)
+            data[f"shift/{n.name}"] = np.array(n.family.shift, dtype=float)
         nodes.append({"name": n.name, "family": fam.__name__, "plates": list(n.plates),
                       "point": bool(n.point), "n": len(n.nat)})
     plain, kept = {}, []
@@ -161,7 +165,14 @@ def load_fit(path):
     nodes = {}
     for s in info["nodes"]:
         nat = tuple(data[f"nat/{s['name']}/{i}"] for i in range(s["n"]))
-        nodes[s["name"]] = SavedNode(s["name"], FAMILIES[s["family"]](), nat, s["plates"], s["point"])
+        fam = FAMILIES[s["family"]]()
+        shift = data.get(f"shift/{s['name']}")
+        if shift is not None:      # nat is of x - shift (docs/dev/numerics.md)
+            if not fam.locational or shift.dtype.kind not in "fiu" or \
+                    not np.all(np.isfinite(shift)):
+                raise ValueError(f"{path}: node '{s['name']}' has an invalid location shift")
+            fam = fam.with_shift(shift)
+        nodes[s["name"]] = SavedNode(s["name"], fam, nat, s["plates"], s["point"])
     meta = dict(info["meta"])
     for k in info.get("meta_arrays", []):
         meta[k] = data[f"meta/{k}"]

@@ -19,11 +19,12 @@ prior on the component means vague (scikit-learn's beta0 = 1 says a component's
 mean lies within about one component-width of the data mean, which pulls
 well-separated components towards the centre and widens them).
 
-Missing cells: with ``covariance="diag"`` each cell is its own observation and
-the mask leaves out exactly the missing ones. A full covariance couples the
-cells of a row; rows with a missing cell are masked out of the fit (a warning
-says how many) and get their cluster probabilities afterwards from the
-posterior predictive of their observed cells (:func:`predict_proba`).
+Missing cells: every observed cell counts. With ``covariance="diag"`` each cell
+is its own observation and the mask leaves out exactly the missing ones. With
+``covariance="full"`` the mask has the table's shape: a row's missing coordinates
+are latent variables, Gaussian given the row's component (Ghahramani & Jordan 1994;
+docs/api.md "Masks"), so a partly observed row counts through its observed cells.
+A row with no observed cell is masked out of the fit (it integrates out exactly).
 
     import gmm
     model = gmm.build(df, k=3, columns=["a", "b"])
@@ -39,8 +40,6 @@ rows, the same model and results (docs/models/gmm.md, "SVI")::
     fit = model.fit("svi", seed=0, **model.meta["fit_options_by_method"]["svi"])
 """
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 from scipy import stats
@@ -74,13 +73,8 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
         theta = bg.NormalWishart(m0, beta0, nu0, D * np.linalg.inv(C) / nu0, plates=(k,),
                                  name="theta")
         z = bg.Categorical(w, plates=(N,), name="z")
-        complete = mask.all(axis=1)
-        if not complete.all():
-            warnings.warn(f"gmm: {int((~complete).sum())} of {N} rows have missing cells; with "
-                          f"covariance='full' they are masked out of the fit and get cluster "
-                          f"probabilities from the posterior predictive of their observed cells "
-                          f"(covariance='diag' uses every observed cell)", stacklevel=2)
-        x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=complete)
+        # a per-cell mask: missing coordinates of a row are latent (every observed cell counts)
+        x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=mask)
     else:
         a0 = 1.0
         b0 = a0 * np.diag(C) / D
@@ -114,17 +108,21 @@ def _data_mean_cov(X, mask):
         C = np.atleast_2d(np.cov(X[complete].T))
     else:
         C = np.diag(var)
-    C = C + 1e-6 * np.mean(np.diag(C)) * np.eye(D)    # a constant column would be singular
+    # a constant column would be singular: a jitter on each column's own scale (one shared
+    # jitter, 1e-6 x the mean variance, swamped a column whose scale is far below the others')
+    C = C + 1e-6 * np.diag(var)
     return m0, C
 
 
 def components(fit):
     """Posterior per component: weight E[w_k], mean E[mu_k] (K, D), mean_sd (posterior sd
     of mu_k), sd (sqrt of the diagonal of E[Sigma_k]) and the Student-t predictive
-    (loc, shape matrix, dof) of each component (MATH.md §3.4)."""
+    (loc, shape matrix, dof) of each component (docs/math.md §3.4)."""
     model = io.fitted_model(fit, NAME)
     meta = model.meta
     out = {"weight": io.mixture_weights(model)}
+    if io.is_point(model, "theta"):
+        return _point_components(model, out)
     p = model["theta"].posterior.params
     D = len(meta["columns"])
     if meta["covariance"] == "full":
@@ -143,6 +141,24 @@ def components(fit):
         out["mean_sd"] = np.sqrt(b / (kappa * am1))
         out["sd"] = np.sqrt(b / am1)
         out["predictive"] = (m, b * (kappa + 1.0) / (a * kappa), 2.0 * a)   # per-cell t: scale^2
+    return out
+
+
+def _point_components(model, out):
+    """Point-mass (EM) components: the MAP mean, no posterior sd (NaN), the spread and
+    a Gaussian predictive (dof = inf) from the MAP precision."""
+    mu, prec = model["theta"].posterior.point
+    if model.meta["covariance"] == "full":
+        cov = np.linalg.inv(prec)
+        out["sd"] = np.sqrt(np.diagonal(cov, axis1=-2, axis2=-1))
+        out["predictive"] = (mu, cov, np.full(len(mu), np.inf))
+    else:  # plates (D, K): transpose to (K, D)
+        mu, prec = mu.T, prec.T
+        out["sd"] = 1.0 / np.sqrt(prec)
+        out["predictive"] = (mu, 1.0 / prec, np.full(mu.shape, np.inf))
+    out["mean"] = mu
+    out["mean_sd"] = np.full(mu.shape, np.nan)
+    out["point"] = True
     return out
 
 
@@ -170,7 +186,8 @@ def predict_proba(fit, X_new):
     else:
         loc, scale2, df = comp["predictive"]
         for k in range(K):
-            lp = stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k]))
+            lp = (stats.norm.logpdf(X, loc=loc[k], scale=np.sqrt(scale2[k])) if np.all(np.isinf(df[k]))
+                  else stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k])))
             logp[:, k] += np.where(obs, lp, 0.0).sum(axis=1)
     return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
 
@@ -252,16 +269,15 @@ def _as_matrix(X_new, columns):
 
 
 def assignments(fit):
-    """(N, K) cluster probabilities of the training rows (rows left out of a
-    full-covariance fit: from the predictive of their observed cells)."""
+    """(N, K) cluster probabilities of the training rows (a row without any observed
+    cell, which the fit leaves out: E[w], from :func:`predict_proba`)."""
     model = io.fitted_model(fit, NAME)
     meta = model.meta
     r = io.responsibilities(model)
-    if meta["covariance"] == "full":
-        partial = ~meta["mask"].all(axis=1)
-        if partial.any():
-            r = r.copy()
-            r[partial] = predict_proba(model, np.where(meta["mask"], meta["X"], np.nan)[partial])
+    empty = ~meta["mask"].any(axis=1)
+    if empty.any():
+        r = np.array(r, dtype=float)
+        r[empty] = predict_proba(model, np.full((int(empty.sum()), meta["mask"].shape[1]), np.nan))
     return r
 
 
@@ -278,7 +294,10 @@ def component_covariances(fit):
 
 def summarize(fit):
     """One row per (component, column): weight (E[w_k]), n (expected rows), the
-    posterior mean of the component mean, its posterior sd, and the component's sd."""
+    posterior mean of the component mean, its posterior sd, and the component's sd.
+    Point masses (``--method em``) are estimates, not posteriors: the columns are then
+    weight (MAP), n, ``estimate`` (the MAP mean) and sd (from the MAP precision),
+    with no posterior sd."""
     pd = io.require_pandas()
     model = io.fitted_model(fit, NAME)
     comp = components(model)
@@ -289,7 +308,8 @@ def summarize(fit):
             rows.append({"component": k, "weight": comp["weight"][k], "n": n[k], "variable": col,
                          "mean": comp["mean"][k, j], "mean_sd": comp["mean_sd"][k, j],
                          "sd": comp["sd"][k, j]})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return io.point_table(df) if comp.get("point", False) else df
 
 
 def write_outputs(fit, out_dir):

@@ -8,7 +8,7 @@ document-term matrix (document d, word v, count n_dv)::
     y_i     ~ Mixture(z_i, Categorical, phi), observed word_ids with weights = counts
 
 ``weights=counts`` makes one z stand for the n_dv identical tokens of a word
-type in a document (MATH.md §3.5), so memory grows with the non-zero entries,
+type in a document (docs/math.md §3.5), so memory grows with the non-zero entries,
 not with the tokens. Input: a scipy.sparse (or dense) document-term matrix with
 an optional ``vocabulary``, or texts (a list of strings, a pandas Series, or a
 DataFrame / CSV file with the text column picked by ``columns=``), which a

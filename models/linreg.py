@@ -7,7 +7,7 @@
     tau   ~ Gamma(a0, b0)                            noise precision
     y_n   ~ Normal(x_n . w, tau)                     y = Normal(Dot(X, w), tau)
 
-Mean-field VMP gives q(w) = N(m, S), q(tau) and q(alpha) Gamma (MATH.md §6).
+Mean-field VMP gives q(w) = N(m, S), q(tau) and q(alpha) Gamma (docs/math.md §6).
 ARD drives the precision of an irrelevant weight up, so its posterior shrinks
 towards zero; ``prior_precision`` in the summary shows it.
 
@@ -18,6 +18,13 @@ poisson_reg): a DataFrame or CSV path with ``target=`` the response column and
 level is the reference). Missing targets are masked (the row is kept and gets
 a prediction); rows with a missing predictor are masked with a warning, since
 ``Dot(X, w)`` needs complete covariates.
+
+With ``standardize=True`` (the default, as in logreg and poisson_reg) numeric predictors
+with more than two distinct values are centred and scaled for the fit, so the prior
+(and ARD) applies to the standardised coefficients: a column on a scale of 1e-8 with a
+coefficient of 3e8 is no longer shrunk to zero by a prior that is vague only on the
+scale of 1. Summaries and predictions are on the original scale (w = A w_std, an exact
+linear map of the Gaussian posterior); the summary's prior_precision is on the fit scale.
 
     import linreg
     model = linreg.build(df, target="price", columns=["area", "rooms"])
@@ -39,10 +46,11 @@ DEFAULT_METHOD = "vmp"
 DESCRIPTION = "Bayesian linear regression, Gamma noise precision, optional ARD (target=)"
 
 
-def build(data, target=None, columns=None, ard=True, intercept=True, a0=1e-3, b0=1e-3):
+def build(data, target=None, columns=None, ard=True, intercept=True, a0=1e-3, b0=1e-3,
+          standardize=True):
     """Linear regression of ``target`` on ``columns`` (see the module docstring)."""
     d = io.design_matrix(data, target, columns, intercept=intercept, target_kind="numeric",
-                         name=NAME, what="linear regression")
+                         standardize=standardize, name=NAME, what="linear regression")
     P = len(d.terms)
 
     alpha = bg.Gamma(a0, b0, plates=(P,) if ard else (), name="alpha")

@@ -128,22 +128,27 @@ def summarize(fit):
     weight = io.mixture_weights(model)
     n = assignments(model).sum(axis=0)
     rows = []
+    point = any(io.is_point(model, name) for name in
+                (["theta"] if table.numeric else []) + [f"phi[{c}]" for c in table.categorical])
     if table.numeric:
         p = model["theta"].posterior.params      # plates (Dn, K)
         m, kappa, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
+        if point:  # EM: the MAP (mu, tau); the spread inside a component is 1/sqrt(tau)
+            m, tau = model["theta"].posterior.point
     for k in range(model.meta["k"]):
         base = {"component": k, "weight": weight[k], "n": n[k]}
         for d, c in enumerate(table.numeric):
             rows.append({**base, "variable": c, "type": "numeric", "category": None,
                          "mean": m[d, k], "mean_sd": _t_sd(b[d, k] / kappa[d, k], a[d, k]),
-                         "sd": _t_sd(b[d, k], a[d, k])})
+                         "sd": 1.0 / np.sqrt(tau[d, k]) if point else _t_sd(b[d, k], a[d, k])})
         for c in table.categorical:
             post = model[f"phi[{c}]"].posterior
             for i, level in enumerate(table.levels(c)):
                 rows.append({**base, "variable": c, "type": "categorical", "category": level,
                              "mean": post.mean[k, i], "mean_sd": np.sqrt(post.var[k, i]),
                              "sd": np.nan})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return io.point_table(df) if point else df
 
 
 def _covariances(model):

@@ -87,7 +87,9 @@ def summarize(fit):
     rows = [{"component": k, "weight": weight[k], "n": n[k], "variable": c, "rate": mean[d, k],
              "rate_sd": sd[d, k]}
             for k in range(model.meta["k"]) for d, c in enumerate(model.meta["columns"])]
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # EM: the rate is the MAP estimate (the mean of a point mass), with no posterior sd
+    return io.point_table(df, ("rate_sd",), value=None) if post.is_point else df
 
 
 def write_outputs(fit, out_dir):

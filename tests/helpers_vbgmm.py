@@ -1,5 +1,5 @@
 """Independent VB Gaussian-mixture formulas for the tests (Bishop PRML §10.2,
-MATH.md §3.4 and §7.1). Written from the book, in plain numpy/scipy; nothing
+docs/math.md §3.4 and §7.1). Written from the book, in plain numpy/scipy; nothing
 here imports blrgraph.
 
 Parameterisation: q(pi) = Dir(alpha); q(mu_k, Lam_k) = NW(m_k, beta_k, W_k, nu_k)
@@ -54,7 +54,7 @@ def stats(X, r):
 
 
 def full_elbo(X, r, alpha, m, beta, nu, W, alpha0, m0, beta0, nu0, W0, parts=False):
-    """The full VB-GMM ELBO, Bishop 10.70-10.77, term by term (MATH.md §3.4).
+    """The full VB-GMM ELBO, Bishop 10.70-10.77, term by term (docs/math.md §3.4).
 
     Valid for any q (r need not be optimal for the parameters or vice versa)."""
     X = np.asarray(X, float)
@@ -116,7 +116,7 @@ def m_step(X, r, alpha0, m0, beta0, nu0, W0):
 
 
 def sklearn_constant(N, D, K, alpha0, beta0, nu0, W0):
-    """MATH.md §7.1: full ELBO = BayesianGaussianMixture.lower_bound_ + C
+    """docs/math.md §7.1: full ELBO = BayesianGaussianMixture.lower_bound_ + C
     (covariance_type='full', dirichlet_distribution prior, reg_covar=0)."""
     return (-0.5 * N * D * np.log(2 * np.pi)
             + K * (0.5 * D * np.log(beta0) + log_wishart_B(W0, nu0) + D * (D - 1) / 4 * np.log(np.pi))

@@ -77,7 +77,7 @@ def test_fit_gmm_selected_columns_with_missing_cells(table_csv, tmp_path):
     code, stdout, stderr = run("fit", "gmm", table_csv, "--columns", "height,weight", "--k", "2",
                                "--out", out)
     assert code == 0, stderr
-    assert "5 of 120 rows have missing cells" in stderr                 # masked, not dropped silently
+    assert "missing cells" not in stderr      # partly observed rows stay in the fit (no warning)
     assert (out / "clusters.png").is_file() and (out / "elbo.png").is_file()
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns) == ["component", "weight", "n", "variable", "mean", "mean_sd", "sd"]
@@ -266,7 +266,7 @@ def test_models_lists_the_zoo():
     code, stdout, _ = run("models")
     assert code == 0
     for name in ("gmm", "lda", "linreg", "logreg", "poisson_reg", "latent_class", "mixed_mixture",
-                 "poisson_mixture"):
+                 "poisson_mixture", "pca"):
         assert name in stdout
 
 
@@ -278,3 +278,23 @@ def test_missing_zoo_gives_a_clear_error(table_csv, monkeypatch, tmp_path):
     assert code == 1
     assert "cannot find the model zoo" in stderr and "pip install -e ." in stderr
     assert "path/to/gmm.py" in stderr
+
+
+def test_fit_pca_writes_loadings_and_scores(tmp_path):
+    """`blrgraph fit pca table.csv --k 4`: 6 columns from a 2-dimensional subspace;
+    two components active in summary.csv, loadings.csv (column x component) and
+    scores.csv (row x component)."""
+    rng = np.random.default_rng(5)
+    Y = rng.normal(size=(150, 2)) @ rng.normal(size=(2, 6)) + 0.1 * rng.normal(size=(150, 6))
+    Y[rng.random(Y.shape) < 0.03] = np.nan
+    path = tmp_path / "t.csv"
+    pd.DataFrame(Y, columns=list("abcdef")).to_csv(path, index=False)
+    code, stdout, stderr = run("fit", "pca", path, "--k", "4", "--max-iter", "200",
+                               "--out", tmp_path / "o", "--no-plots")
+    assert code == 0, stderr
+    assert "ELBO:" in stdout
+    s = pd.read_csv(tmp_path / "o" / "summary.csv")
+    assert s.active.sum() == 2 and len(s) == 4
+    load = pd.read_csv(tmp_path / "o" / "loadings.csv", index_col=0)
+    assert list(load.index) == list("abcdef") and load.shape == (6, 4)
+    assert pd.read_csv(tmp_path / "o" / "scores.csv", index_col=0).shape == (150, 4)

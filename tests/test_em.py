@@ -1,7 +1,7 @@
-"""EM as the BLR with point masses (MATH.md §5; DESIGN.md's "em" row).
+"""EM as the BLR with point masses (docs/math.md §5; the "em" row of docs/math.md §1.3).
 
 * every single conjugate pair fitted by fit("em") lands on the closed-form posterior
-  mode (blrgraph.closed_form posteriors + MATH.md §5's mode table), and the reported
+  mode (blrgraph.closed_form posteriors + docs/math.md §5's mode table), and the reported
   objective is log p(data | point) + log p(point), written with scipy.stats;
 * a Gaussian mixture with near-flat priors (mean-field point masses mu, Lambda)
   reaches scikit-learn GaussianMixture's maximum likelihood;

@@ -1,4 +1,4 @@
-"""The engine against the closed-form oracles (blrgraph.closed_form, MATH.md §6).
+"""The engine against the closed-form oracles (blrgraph.closed_form, docs/math.md §6).
 
 Through the public API only (``import blrgraph as bg``):
 
@@ -561,7 +561,7 @@ def gamma_kl(a1, b1, a2, b2):
 
 def test_meanfield_normal_gamma_model():
     """tau ~ Ga(a0, b0), mu | tau ~ N(m0, 1/tau), x_i ~ N(mu, 1/tau): the conjugate
-    Normal-Gamma model with beta0 = 1, declared with separate nodes (MATH.md §6)."""
+    Normal-Gamma model with beta0 = 1, declared with separate nodes (docs/math.md §6)."""
     rng = rng_for(31)
     N, m0, a0, b0 = 25, 0.3, 2.0, 1.5
     x = rng.normal(1.0, 0.7, N)
@@ -629,7 +629,7 @@ def test_meanfield_independent_priors_fixed_point():
 
 
 # --------------------------------------------------------------------------
-# Bayesian linear regression with a Gamma noise precision (MATH.md §6 (ii))
+# Bayesian linear regression with a Gamma noise precision (docs/math.md §6 (ii))
 # --------------------------------------------------------------------------
 def _linreg_problem():
     rng = rng_for(33)
@@ -668,7 +668,7 @@ def test_linreg_gamma_noise_meanfield_iterates():
     assert fit.converged
     tr = fit.elbo_trace
     assert np.all(np.diff(tr) >= -1e-10 * np.abs(tr[1:]))
-    # the MF iterates of MATH.md §6 (ii), same schedule: q(w) then q(tau)
+    # the MF iterates of docs/math.md §6 (ii), same schedule: q(w) then q(tau)
     Et = a0 / b0
     ref = []
     for _ in range(fit.n_iter):

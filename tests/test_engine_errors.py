@@ -1,4 +1,4 @@
-"""Bad input is refused where it enters (DESIGN.md, "Bad input is refused ...").
+"""Bad input is refused where it enters (docs/errors.md).
 
 Each case must raise ValueError or TypeError, and the message must name the
 node the user declared (its ``name=``) so the user can find the mistake.  A fit
@@ -303,7 +303,8 @@ PARENT_CASES = {
                                                      name="child"),
     "mvn_precision_mvn": lambda: bg.MultivariateNormal(
         np.zeros(2), bg.MultivariateNormal(np.zeros(2), np.eye(2), name="m"), name="child"),
-    "gamma_shape_random": lambda: bg.Gamma(bg.Gamma(1.0, 1.0, name="g"), 1.0, name="child"),
+    # a Gamma node as the shape is accepted (non-conjugate, fit("ncvmp")); a Normal is not
+    "gamma_shape_normal": lambda: bg.Gamma(bg.Normal(0.0, 1.0, name="n"), 1.0, name="child"),
     "gamma_rate_normal": lambda: bg.Gamma(1.0, bg.Normal(0.0, 1.0, name="n"), name="child"),
     "beta_a_random": lambda: bg.Beta(bg.Gamma(1.0, 1.0, name="g"), 1.0, name="child"),
     "normal_theta_normal_wishart": lambda: bg.Normal(

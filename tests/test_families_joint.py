@@ -1,5 +1,5 @@
 """Tests of the matrix and joint exponential families:
-MultivariateNormal, Wishart, NormalGamma, NormalWishart (MATH.md §2.2, 2.5-2.7, §5).
+MultivariateNormal, Wishart, NormalGamma, NormalWishart (docs/math.md §2.2, 2.5-2.7, §5).
 
 Oracles are independent of the code under test: finite differences of A,
 scipy.stats densities/entropies, Monte Carlo, the Bregman form of base.kl, and
@@ -110,7 +110,7 @@ def test_mean_params_are_gradient_of_log_partition(name, plates, d):
             if k == 2 and idx[0] > idx[1]:
                 continue
             # symmetric matrices: perturb (i,j) and (j,i) together; entries are
-            # independent coordinates (MATH.md §0), so the directional derivative
+            # independent coordinates (docs/math.md §0), so the directional derivative
             # is mu_ij + mu_ji.
             sym = k == 2 and idx[0] != idx[1]
 
@@ -245,7 +245,7 @@ def test_kl_matches_monte_carlo(name):
 
 
 def test_kl_closed_forms_of_math_md():
-    """The MATH.md formulas written out from constructor parameters."""
+    """The docs/math.md §2 formulas written out from constructor parameters."""
     rng = np.random.default_rng(8)
     # Normal-Gamma
     p1, p2 = rand_params("NormalGamma", rng, (3,)), rand_params("NormalGamma", rng, (3,))
@@ -393,7 +393,7 @@ def test_logpdf_normal_wishart_is_mvn_times_wishart(d):
 def test_sample_moments_match_mean_params(name):
     fam = FAMILIES[name]
     rng = np.random.default_rng(60)
-    if name == "Wishart":   # the MATH.md check: D = 3, nu = 5.5
+    if name == "Wishart":   # the case D = 3, nu = 5.5
         nat = fam.natural_from_params(np.array([5.5, 3.2]), rand_spd(rng, (2,), 3))
     else:
         nat = rand_nat(name, rng, (2,), 3, dof_lo=1.5)

@@ -356,7 +356,7 @@ def test_dirichlet_sampler_small_concentrations():
 
 
 # ---------------------------------------------------------------------------
-# modes (MATH.md §5)
+# modes (docs/math.md §5)
 def test_mode_gamma():
     fam = Gamma()
     a, b = np.array([3.0, 1.0, 0.4, 10.0]), np.array([2.0, 5.0, 1.0, 0.5])

@@ -1,4 +1,4 @@
-"""fit() keywords of DESIGN.md: callback, progress, max_iter, tol."""
+"""fit() keywords of docs/api.md: callback, progress, max_iter, tol."""
 import numpy as np
 import pytest
 

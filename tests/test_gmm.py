@@ -1,6 +1,6 @@
-"""Variational Bayesian Gaussian mixture (DESIGN.md's example) against independent
-formulas (Bishop PRML §10.2, MATH.md §3.4) and scikit-learn's
-BayesianGaussianMixture (MATH.md §7.1).
+"""Variational Bayesian Gaussian mixture (the example of docs/api.md) against independent
+formulas (Bishop PRML §10.2, docs/math.md §3.4) and scikit-learn's
+BayesianGaussianMixture (docs/math.md §7.1).
 
 * the ELBO trace of fit("vmp") never decreases;
 * fit.elbo equals the full Bishop 10.70-10.77 ELBO written in tests/helpers_vbgmm.py,
@@ -8,7 +8,7 @@ BayesianGaussianMixture (MATH.md §7.1).
 * clusters are recovered (ARI, means);
 * the blrgraph ELBO is at least sklearn's (sklearn's fit converted to blrgraph's
   parameters and evaluated with the same function), and that function minus
-  sklearn's lower_bound_ is MATH.md §7.1's constant C;
+  sklearn's lower_bound_ is docs/math.md §7.1's constant C;
 * the mean-field variant (separate MultivariateNormal / Wishart nodes) is monotone,
   recovers the clusters, and its ELBO is below the joint Normal-Wishart one.
 """
@@ -27,7 +27,7 @@ from helpers_vbgmm import e_step, full_elbo, log_dirichlet_norm, log_wishart_B, 
 K, D, N = 3, 2, 500
 TRUE_MEANS = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0]])
 TRUE_COVS = np.array([[[1.0, 0.3], [0.3, 0.8]], [[0.6, 0.0], [0.0, 1.2]], [[1.0, -0.4], [-0.4, 1.0]]])
-# priors (DESIGN.md's example, with alpha0 != 1 so the Dirichlet constant matters)
+# priors (the example of docs/api.md, with alpha0 != 1 so the Dirichlet constant matters)
 ALPHA0, M0, BETA0, NU0, W0 = 2.0, np.array([1.0, 1.0]), 0.5, D + 2.0, 0.5 * np.eye(D)
 
 
@@ -102,7 +102,7 @@ def sklearn_fit(X):
 
 
 def sklearn_params(sk, X):
-    """MATH.md §7.1: covariances_ = W_k^{-1}/nu_k, mean_precision_ = beta_k, ..."""
+    """docs/math.md §7.1: covariances_ = W_k^{-1}/nu_k, mean_precision_ = beta_k, ..."""
     nu = sk.degrees_of_freedom_
     W = np.linalg.inv(sk.covariances_ * nu[:, None, None])
     return dict(r=sk.predict_proba(X), alpha=sk.weight_concentration_, m=sk.means_,
@@ -179,7 +179,7 @@ def test_at_least_sklearn_and_sklearn_constant(data, nw_fit):
     perm_sk = matched(q["m"])
     np.testing.assert_allclose(p["m"][perm], q["m"][perm_sk], atol=1e-6)
     np.testing.assert_allclose(p["nu"][perm], q["nu"][perm_sk], rtol=1e-6)
-    # MATH.md §7.1: full ELBO = lower_bound_ + C (sklearn converged, so its last E-step's
+    # docs/math.md §7.1: full ELBO = lower_bound_ + C (sklearn converged, so its last E-step's
     # r and predict_proba's agree to first order and the ELBO to second order)
     C = sklearn_constant(N, D, K, ALPHA0, BETA0, NU0, W0)
     np.testing.assert_allclose(L_sk, sk.lower_bound_ + C, rtol=1e-9)
@@ -209,7 +209,7 @@ def test_sklearn_constant_exact_away_from_convergence(data):
     L = full_elbo(X, r, alpha, m, beta, nu, W, ALPHA0, M0, BETA0, NU0, W0)
     C = sklearn_constant(N, D, K, ALPHA0, BETA0, NU0, W0)
     np.testing.assert_allclose(L, lb + C, rtol=1e-10)
-    # and equal to the collapsed form of MATH.md §3.4
+    # and equal to the collapsed form of docs/math.md §3.4
     Lc = (-np.sum(r * log_r) + log_dirichlet_norm(ALPHA0 * np.ones(K)) - log_dirichlet_norm(alpha)
           + np.sum(D / 2 * np.log(BETA0 / beta) + log_wishart_B(W0, NU0) - log_wishart_B(W, nu))
           - N * D / 2 * np.log(2 * np.pi))

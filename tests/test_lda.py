@@ -1,5 +1,5 @@
-"""LDA declared as in DESIGN.md, on (doc, word, count) triplets of a sparse
-document-term matrix (MATH.md §3.5):
+"""LDA declared as in docs/models/lda.md, on (doc, word, count) triplets of a sparse
+document-term matrix (docs/math.md §3.5):
 
     theta = Dirichlet(alpha 1_K, plates=(n_docs,)); phi = Dirichlet(eta 1_V, plates=(K,))
     z = Categorical(theta[doc_ids], plates=(nnz,));  y = Mixture(z, Categorical, phi)
@@ -73,7 +73,7 @@ def elog_dir(a):
 
 
 def explicit_elbo(doc, word, cnt, gamma, lam, r, alpha=ALPHA, eta=ETA):
-    """MATH.md §3.5, per-document ELBO with explicit phi (= r), plus the global term."""
+    """docs/math.md §3.5, per-document ELBO with explicit phi (= r), plus the global term."""
     Kt = gamma.shape[1]
     Vw = lam.shape[1]
     et = elog_dir(gamma)                                   # D, K
@@ -92,7 +92,7 @@ def explicit_elbo(doc, word, cnt, gamma, lam, r, alpha=ALPHA, eta=ETA):
 
 
 def batch_vb_lda(doc, word, cnt, r, sweeps, n_docs=N_DOCS, n_words=V, alpha=ALPHA, eta=ETA):
-    """Hand-written batch VB-LDA (MATH.md §3.5), in blrgraph's schedule: theta, phi, then z."""
+    """Hand-written batch VB-LDA (docs/math.md §3.5), in blrgraph's schedule: theta, phi, then z."""
     Kt = r.shape[1]
     trace = []
     for _ in range(sweeps):
@@ -153,7 +153,7 @@ def test_lda_elbo_equals_explicit_phi_elbo_early(corpus, sweeps):
 @pytest.mark.parametrize("sweeps", [2, None])
 def test_lda_equals_sklearn_collapsed_bound_at_same_parameters(corpus, sweeps):
     """z is updated last in a sweep, so r is optimal for (gamma, lam) and the explicit ELBO
-    equals the collapsed one -- sklearn's _approx_bound (MATH.md §7.1; its fast digamma
+    equals the collapsed one -- sklearn's _approx_bound (docs/math.md §7.1; its fast digamma
     is accurate to ~1e-8, hence the tolerance)."""
     fit, gamma, lam, r = fit_lda(corpus, **({} if sweeps is None else dict(max_iter=sweeps)))
     sk = LatentDirichletAllocation(n_components=K, doc_topic_prior=ALPHA, topic_word_prior=ETA)

@@ -1,4 +1,4 @@
-"""Conjugate messages are gradients (MATH.md §1.1, §3.2).
+"""Conjugate messages are gradients (docs/math.md §1.1, §3.2).
 
 For every conjugate factor p(x | parents), the message to parent slot i must be
 
@@ -14,7 +14,7 @@ separate code path (hand-written formulas, einsum reductions, bincounts).  The
 expected log-likelihood of a conjugate factor is linear in each parent's moments,
 so the differences are exact up to rounding.
 
-Matrix moments are perturbed entry by entry, each entry independent (MATH.md §0).
+Matrix moments are perturbed entry by entry, each entry independent (docs/math.md §0).
 For a symmetric matrix argument only the symmetric part of that entrywise gradient
 is defined by the function on symmetric matrices (x^T L m and m^T L x agree there
 but not off it), so the finite-difference gradient is symmetrised before the

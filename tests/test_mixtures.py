@@ -1,4 +1,4 @@
-"""Mixtures of non-Gaussian components (MATH.md §3.3): Poisson (Gamma rates),
+"""Mixtures of non-Gaussian components (docs/math.md §3.3): Poisson (Gamma rates),
 Bernoulli (Beta probabilities, one or several binary columns) and Categorical
 (Dirichlet probability vectors, several draws per item).
 

@@ -1,4 +1,4 @@
-"""Non-conjugate VMP (MATH.md §4): logistic / Poisson / softmax likelihoods on a
+"""Non-conjugate VMP (docs/math.md §4): logistic / Poisson / softmax likelihoods on a
 Gaussian linear predictor, user Potentials by autograd, mixing with conjugate
 nodes, the vmp refusal and the positive-definiteness safeguard.
 

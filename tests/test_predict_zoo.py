@@ -91,7 +91,10 @@ def test_saved_fit_keeps_no_training_data_and_refuses_bad_files(tmp_path):
     save_fit(fit, path)
     with np.load(path) as z:
         assert sorted(z.files) == ["__meta__", "nat/theta/0", "nat/theta/1", "nat/theta/2",
-                                   "nat/theta/3", "nat/weights/0"]
+                                   "nat/theta/3", "nat/weights/0", "shift/theta"]
+        # theta's location shift: one reference point per column, not the training rows
+        assert z["shift/theta"].shape == (2,)
+        np.testing.assert_array_equal(z["shift/theta"], model["theta"].family.shift)
     saved = load_fit(path)
     np.testing.assert_array_equal(saved["theta"].posterior.params["scale"],
                                   model["theta"].posterior.params["scale"])

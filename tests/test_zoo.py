@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def test_gmm_predict_proba_student_t_predictive():
     assert probs.shape == (3, 3)
     assert np.allclose(probs.sum(1), 1.0)
     assert np.all(probs[np.arange(3), p] > 0.99)
-    # a direct evaluation of MATH.md §3.4: weights alpha_k / sum(alpha) times the
+    # a direct evaluation of docs/math.md §3.4: weights alpha_k / sum(alpha) times the
     # multivariate t with shape (1 + beta)/(beta (nu + 1 - D)) inv(W), dof nu + 1 - D
     from scipy import stats
     post = fitted.model["theta"].posterior.params
@@ -163,20 +164,26 @@ def test_gmm_diag_with_missing_cells():
     assert np.mean(probs.argmax(1) == p[z[:20]]) >= 0.95
 
 
-def test_gmm_full_rows_with_missing_cells_are_masked_with_a_warning():
+def test_gmm_full_rows_with_missing_cells_count_their_observed_cells():
+    """Partly observed rows stay in the full-covariance fit (their missing coordinates
+    are latent; tests/test_masks.py checks the bound exactly): no rows are dropped."""
     gmm = load("gmm")
     rng = np.random.default_rng(4)
     X, z = gmm_data(rng, 600)
     X[:30, 1] = np.nan
-    with pytest.warns(UserWarning, match="30 of 600 rows have missing cells"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # nothing is dropped, so nothing to warn about
         model = gmm.build(pd.DataFrame(X, columns=["a", "b"]), k=3)
     fitted = fit(gmm, model, restarts=3)
     r = gmm.assignments(fitted)
     assert r.shape == (600, 3) and np.allclose(r.sum(1), 1.0)
     p = match(gmm.components(fitted)["mean"], MEANS)
-    # the partial rows get their probabilities from the predictive of column "a"
-    assert np.allclose(r[:30], gmm.predict_proba(fitted, X[:30]))
+    # the partial rows' q(z) is fitted from column "a": close to the predictive of "a"
+    assert np.abs(r[:30] - gmm.predict_proba(fitted, X[:30])).max() < 0.05
     assert np.mean(r[30:].argmax(1) == p[z[30:]]) > 0.95
+    # they count: sum_k alpha_k = prior + all 600 rows
+    alpha = model["weights"].posterior.params["alpha"]
+    assert alpha.sum() == pytest.approx(3 * 1.0 + 600, rel=1e-10)
 
 
 def test_gmm_refuses_a_categorical_column():
@@ -525,3 +532,44 @@ def test_logreg_on_raw_huge_covariates_converges_with_a_monotone_elbo():
     a, b = logreg.summarize(fit), logreg.summarize(ref)
     # the slopes are identified by 500 rows: the weak priors barely matter (< 0.5 sd)
     assert np.all(np.abs(a["mean"].values[1:] - b["mean"].values[1:]) < 0.5 * b["sd"].values[1:])
+
+
+# ---- Bayesian PCA ---------------------------------------------------------------------------
+def _subspace_data(rng, n=200, d=10, q=3, noise=0.1):
+    W = rng.normal(size=(d, q))
+    Y = rng.normal(size=(n, q)) @ W.T + noise * rng.normal(size=(n, d)) + 3.0 * rng.normal(size=d)
+    return W, Y
+
+
+@pytest.mark.parametrize("missing", [0.0, 0.1])
+def test_pca_ard_finds_a_three_dimensional_subspace(missing):
+    """10 columns from a 3-dimensional subspace: of k = 5 components ARD keeps 3, the
+    principal angles to the true subspace are below 0.05 rad, and the ELBO never falls."""
+    from scipy.linalg import subspace_angles
+    pc = load("pca")
+    rng = np.random.default_rng(12)
+    Wt, Y = _subspace_data(rng)
+    Y[rng.random(Y.shape) < missing] = np.nan
+    model = pc.build(pd.DataFrame(Y, columns=[f"c{j}" for j in range(10)]), k=5)
+    fitted = model.fit("vmp", seed=0, max_iter=250, tol=0)
+    tr = fitted.elbo_trace
+    assert np.all(np.diff(tr) >= -1e-10 * np.abs(tr[1:]))
+    s = pc.summarize(fitted)
+    assert list(s.columns) == ["component", "alpha", "variance", "share", "active", "noise_sd"]
+    assert s.active.sum() == 3
+    off = s[~s.active]
+    assert off.share.max() < 1e-3 and off.alpha.min() > 100 * s[s.active].alpha.max()
+    angles = subspace_angles(pc.subspace(fitted), Wt)
+    assert angles.shape == (3,) and angles.max() < 0.05
+    assert abs(s.noise_sd.iloc[0] - 0.1) < 0.02
+    assert pc.scores(fitted).shape == (200, 5) and pc.loadings(fitted).shape == (10, 5)
+
+
+def test_pca_refuses_text_columns_and_one_column():
+    pc = load("pca")
+    with pytest.raises(ValueError, match="categorical"):
+        pc.build(pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": ["x", "y", "x"]}), k=2)
+    with pytest.raises(ValueError, match="at least 2 numeric columns"):
+        pc.build(pd.DataFrame({"a": [1.0, 2.0, 3.0]}), k=2)
+    with pytest.raises(ValueError, match="k must be at most the number of columns"):
+        pc.build(pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [1.0, 0.0, 2.0]}), k=3)

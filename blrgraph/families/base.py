@@ -1,6 +1,6 @@
 """The exponential-family interface shared by every family module.
 
-A family is written ``q(x) = h(x) exp(<lam, T(x)> - A(lam))`` (MATH.md §0).
+A family is written ``q(x) = h(x) exp(<lam, T(x)> - A(lam))`` (docs/math.md §0).
 Natural parameters ``lam`` and mean parameters ``mu = E[T(x)]`` are *tuples of
 arrays*, one array per component of ``T``; every array has shape
 ``plates + event_shape_of_that_component`` (``event_ndims[i]`` trailing axes).
@@ -45,8 +45,43 @@ class ExponentialFamily:
     symmetric_stats: tuple = ()
     #: False when T(x) is sparse (one-hot): data are then never expanded to T(x) rows
     dense_stats = True
-    #: the value is a category label (one-hot T); its first statistic is not the value
+
+    # ---- value facts (what data of this family look like; graph/data.py asks) ----------
+    #: False for a family whose values cannot be data (a joint (mu, precision) pair:
+    #: observe its child instead)
+    observable = True
+    #: True when a value is a category label 0..K-1 (stored as integers; T(x) one-hot,
+    #: K from the parameters; its first statistic is not the value)
     is_label = False
+    #: True when a value is a symmetric matrix (Wishart): observe refuses asymmetric data
+    #: with a message of its own (graph/inputs.py). (Whether natural parameters hold a
+    #: positive-definite precision is the method :meth:`precision_is_pd`.)
+    symmetric_values = False
+    #: True when values are counts or labels (a probability mass function, not a density)
+    discrete = False
+    #: True when every real natural parameter is valid (logits, log-rates): a checkpoint's
+    #: natural parameters then need no check against the parameter space
+    natural_unconstrained = False
+
+    def check_support(self, x, components=False, categories=None):
+        """Which values of ``x`` (shape plates + value shape, every entry finite) are not
+        values of this family: ``(bad, what)`` with ``bad`` a bool array that broadcasts
+        to x's plates and ``what`` the support in words ("positive values").
+
+        ``components=True``: the family's fixed arrays (Binomial/Multinomial n) belong to a
+        Mixture and carry its component axis last; a value must lie in the support of
+        every component. ``categories``: the number of categories K of a label family.
+        A family must declare it (there is no safe default): observe() then refuses."""
+        raise NotImplementedError(f"{self.name} does not declare the values it takes "
+                                  f"(ExponentialFamily.check_support), so its data cannot be "
+                                  f"checked; implement check_support and placeholder")
+
+    def placeholder(self, event_shape):
+        """A value of this family (array of ``event_shape``) that stands in the slot of a
+        masked entry: it contributes nothing, but must keep every formula finite."""
+        raise NotImplementedError(f"{self.name} does not declare a placeholder for masked "
+                                  f"entries (ExponentialFamily.placeholder)")
+
     #: location shift c of a Gaussian family (docs/dev/numerics.md): None, or an array
     #: broadcasting against plates + the location's event shape. With c set, the family is
     #: that of the *centred* variable: T, lam, A, mu, entropy and KL are those of x - c,
@@ -174,6 +209,16 @@ class ExponentialFamily:
 
 
 # ---------------------------------------------------------------------------
+def per_entry(fixed, plates, components=False):
+    """A fixed family array (Binomial/Multinomial n) as one value per entry of ``plates``;
+    with ``components=True`` its last axis is a Mixture's component axis and the smallest
+    value over the components is taken (a value must be possible under each of them)."""
+    a = np.asarray(fixed)
+    if components and a.ndim:
+        a = a.min(axis=-1)
+    return np.broadcast_to(a, tuple(plates))
+
+
 def inner(a, b, event_ndims):
     """<a, b>: sum over each component's event axes, plus over components.
 

@@ -2,7 +2,7 @@
 
     Bern(x | p) = p^x (1 - p)^{1-x},   x in {0, 1}, 0 <= p <= 1
 
-Exponential-family form (MATH.md §2.10): T(x) = (x,), lam = (logit p,), h = 1,
+Exponential-family form (docs/math.md §2.10): T(x) = (x,), lam = (logit p,), h = 1,
 
     A(lam) = log(1 + e^lam) = -log(1 - p),   mu = (p,),
     H = -p log p - (1 - p) log(1 - p),
@@ -27,9 +27,18 @@ class Bernoulli(ExponentialFamily):
     """Bernoulli(p), p = P(x = 1)."""
 
     name = "Bernoulli"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("p",)
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x != 0) & (x != 1), "0/1 values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, p, where=None):

@@ -2,7 +2,7 @@
 
     Beta(x | a, b) = x^{a-1} (1 - x)^{b-1} / B(a, b),   0 < x < 1, a > 0, b > 0
 
-Exponential-family form (MATH.md §2.8): T(x) = (log x, log(1 - x)),
+Exponential-family form (docs/math.md §2.8): T(x) = (log x, log(1 - x)),
 lam = (a - 1, b - 1), h = 1 (w.r.t. Lebesgue measure on (0, 1)),
 
     A(lam) = log B(a, b) = log Gamma(a) + log Gamma(b) - log Gamma(a + b),
@@ -12,7 +12,7 @@ lam = (a - 1, b - 1), h = 1 (w.r.t. Lebesgue measure on (0, 1)),
          + (a2 - a1 + b2 - b1) psi(a1 + b1).
 
 Mean a/(a+b), variance ab/((a+b)^2 (a+b+1)).  Mode (a-1)/(a+b-2) for a, b > 1
-(MATH.md §5); on the boundary it is clamped: 0 if a <= 1 < b, 1 if b <= 1 < a,
+(docs/math.md §5); on the boundary it is clamped: 0 if a <= 1 < b, 1 if b <= 1 < a,
 and, when a, b <= 1, the end where the density diverges faster: 0 if a < b,
 1 if a > b, 1/2 if a == b (for the uniform a = b = 1 every point is a mode).
 This is the K = 2 case of the Dirichlet rule.
@@ -38,6 +38,13 @@ class Beta(ExponentialFamily):
     param_names = ("a", "b")
     event_ndims = (0, 0)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x <= 0) | (x >= 1), "values strictly between 0 and 1"
+
+    def placeholder(self, event_shape):
+        return np.full(event_shape, 0.5)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, a, b, where=None):

@@ -2,7 +2,7 @@
 
     Bin(x | n, p) = C(n, x) p^x (1 - p)^{n-x},   x in {0, ..., n}, 0 <= p <= 1
 
-Exponential-family form (MATH.md §2.12): T(x) = (x,), lam = (logit p,),
+Exponential-family form (docs/math.md §2.12): T(x) = (x,), lam = (logit p,),
 h(x) = C(n, x) (not constant),
 
     A(lam) = n log(1 + e^lam),   mu = (n p,),
@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import expit, gammaln, log_expit, logit, rel_entr
 
-from .base import ExponentialFamily, plates_of
+from .base import ExponentialFamily, per_entry, plates_of
 from ._scalar_helpers import (as_nat, binomial_entropy, binomial_expected_log_factorial,
                               binomial_logpmf, check_count, check_probability, draw_shape, frozen,
                               get_rng, split_count_params)
@@ -35,9 +35,19 @@ class Binomial(ExponentialFamily):
     then equal the instance's n) or just ``(p,)``."""
 
     name = "Binomial"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("n", "p")
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        n = per_entry(self.n, x.shape, components)
+        return (x < 0) | (x != np.round(x)) | (x > n), "integer counts between 0 and n"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     def __init__(self, n):
         self.n = check_count(self.name, "n", n, None).astype(np.int64)

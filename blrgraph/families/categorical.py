@@ -2,7 +2,7 @@
 
     Cat(x | pi) = pi_x,   x in {0, ..., K-1}, pi on the simplex (last axis)
 
-Exponential-family form (MATH.md §2.11): T(x) = (onehot_K(x),),
+Exponential-family form (docs/math.md §2.11): T(x) = (onehot_K(x),),
 lam = (log pi,) (K overcomplete log-potentials, pi = softmax(lam); adding a
 constant to lam changes nothing), h = 1,
 
@@ -59,11 +59,21 @@ class Categorical(ExponentialFamily):
     """Categorical(p), p of shape plates + (K,); values are integer labels."""
 
     name = "Categorical"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("p",)
     event_ndims = (1,)
     value_ndim = 0
-    is_label = True
     dense_stats = False  # T(x) is one-hot: factors use the labels (gathers), not T
+    is_label = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        K = self.K if categories is None else int(categories)
+        return (x < 0) | (x != np.round(x)) | (x >= K), f"integer categories 0..{K - 1}"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     def __init__(self, K=None):
         self.K = None if K is None else int(K)

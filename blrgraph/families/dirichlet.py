@@ -3,7 +3,7 @@
     Dir(x | alpha) = Gamma(alpha_0) / prod_k Gamma(alpha_k) prod_k x_k^{alpha_k - 1},
     alpha_k > 0, alpha_0 = sum_k alpha_k, x on the simplex
 
-Exponential-family form (MATH.md §2.9): T(x) = (log x,) (a K-vector),
+Exponential-family form (docs/math.md §2.9): T(x) = (log x,) (a K-vector),
 lam = (alpha - 1,), h = 1 (w.r.t. Lebesgue measure on the simplex),
 
     A(lam) = sum_k log Gamma(alpha_k) - log Gamma(alpha_0) =: log B(alpha),
@@ -13,7 +13,7 @@ lam = (alpha - 1,), h = 1 (w.r.t. Lebesgue measure on the simplex),
                            + sum log Gamma(b_k) + sum_k (a_k - b_k)(psi(a_k) - psi(a_0)).
 
 E[x_k] = alpha_k/alpha_0, Var[x_k] = alpha_k (alpha_0 - alpha_k)/(alpha_0^2 (alpha_0 + 1)).
-Mode (alpha_k - 1)/(alpha_0 - K) when every alpha_k > 1 (MATH.md §5); otherwise
+Mode (alpha_k - 1)/(alpha_0 - K) when every alpha_k > 1 (docs/math.md §5); otherwise
 clamped: components with alpha_k <= 1 are 0 and the others are proportional to
 alpha_k - 1; if no alpha_k exceeds 1 the mass goes to the largest alpha_k
 (split equally on ties, so alpha = 1 gives the centre of the simplex).
@@ -40,6 +40,13 @@ class Dirichlet(ExponentialFamily):
     param_names = ("alpha",)
     event_ndims = (1,)
     value_ndim = 1
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.any(x <= 0, axis=-1) | (np.abs(x.sum(-1) - 1) > 1e-8), "points of the open simplex"
+
+    def placeholder(self, event_shape):
+        return np.full(event_shape, 1.0 / event_shape[-1])
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, alpha, where=None):

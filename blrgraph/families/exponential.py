@@ -2,7 +2,7 @@
 
     Exp(x | r) = r exp(-r x),   x >= 0, rate r > 0
 
-Exponential-family form (MATH.md §2.4): T(x) = (x,), lam = (-r,), h = 1,
+Exponential-family form (docs/math.md §2.4): T(x) = (x,), lam = (-r,), h = 1,
 
     A(lam) = -log(-lam) = -log r,   mu = (1/r,),   H = 1 - log r,
     KL(Exp(r1) || Exp(r2)) = log(r1/r2) + r2/r1 - 1.
@@ -28,6 +28,13 @@ class Exponential(ExponentialFamily):
     param_names = ("rate",)
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return x < 0, "non-negative values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, rate, where=None):

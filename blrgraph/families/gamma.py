@@ -2,7 +2,7 @@
 
     Ga(x | a, b) = b^a / Gamma(a) x^{a-1} exp(-b x),   x > 0, shape a > 0, rate b > 0
 
-(numpy / scipy use the *scale* 1/b).  Exponential-family form (MATH.md §2.3):
+(numpy / scipy use the *scale* 1/b).  Exponential-family form (docs/math.md §2.3):
 T(x) = (log x, x), lam = (a - 1, -b), h = 1,
 
     A(lam) = log Gamma(lam1 + 1) - (lam1 + 1) log(-lam2) = log Gamma(a) - a log b,
@@ -12,7 +12,7 @@ T(x) = (log x, x), lam = (a - 1, -b), h = 1,
                                  + a2 (log b1 - log b2) + a1 (b2 - b1)/b1.
 
 Mean a/b, variance a/b^2, mode (a - 1)/b for a >= 1 (clamped to 0 for a < 1,
-where the density is unbounded at 0; MATH.md §5).
+where the density is unbounded at 0; docs/math.md §5).
 
 Reference: Bishop, *Pattern Recognition and Machine Learning* (2006), §2.3.6
 and Appendix B; Johnson, Kotz & Balakrishnan, *Continuous Univariate
@@ -35,6 +35,13 @@ class Gamma(ExponentialFamily):
     param_names = ("shape", "rate")
     event_ndims = (0, 0)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return x <= 0, "positive values"
+
+    def placeholder(self, event_shape):
+        return np.ones(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, shape, rate, where=None):

@@ -49,6 +49,13 @@ class GaussianMarkovChain(ExponentialFamily):
     event_ndims = (1, 2, 2)
     value_ndim = 1
 
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape[:-1], bool), "real state vectors"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
+
     # ---- parameterisations -------------------------------------------------
     def natural_from_params(self, mean0, precision0, A, noise_precision, length):
         m0 = np.asarray(mean0, dtype=float)

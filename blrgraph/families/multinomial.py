@@ -2,7 +2,7 @@
 
     Mult(x | n, pi) = n! / prod_k x_k! prod_k pi_k^{x_k},   x_k >= 0 integers, sum_k x_k = n
 
-Exponential-family form (MATH.md §2.13): T(x) = (x,) (the count vector),
+Exponential-family form (docs/math.md §2.13): T(x) = (x,) (the count vector),
 lam = (log pi,) (K overcomplete log-potentials, pi = softmax(lam)),
 h(x) = n! / prod_k x_k! (not constant),
 
@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import entr, gammaln, log_softmax, logsumexp, rel_entr, softmax
 
-from .base import ExponentialFamily, plates_of
+from .base import ExponentialFamily, per_entry, plates_of
 from ._scalar_helpers import (as_nat, binomial_expected_log_factorial, check_count, check_simplex,
                               draw_shape, frozen, get_rng, split_count_params, xmul)
 
@@ -40,9 +40,20 @@ class Multinomial(ExponentialFamily):
     then equal the instance's n) or just ``(p,)``."""
 
     name = "Multinomial"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("n", "p")
     event_ndims = (1,)
     value_ndim = 1
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        n = per_entry(self.n, x.shape[:-1], components)
+        bad = np.any((x < 0) | (x != np.round(x)), axis=-1) | (x.sum(axis=-1) != n)
+        return bad, "non-negative integer count vectors summing to n"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)   # (masked: its count is never compared with n)
 
     def __init__(self, n):
         self.n = check_count(self.name, "n", n, None).astype(np.int64)

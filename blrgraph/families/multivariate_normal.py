@@ -1,6 +1,6 @@
 """Multivariate normal family N(x | m, L^{-1}) with mean m and precision matrix L.
 
-Parameterisation (Bishop 2006, §2.3; MATH.md §2.2): ``mean`` of shape
+Parameterisation (Bishop 2006, §2.3; docs/math.md §2.2): ``mean`` of shape
 plates + (D,), ``precision`` L = Sigma^{-1} of shape plates + (D, D), SPD.
 
 Exponential-family form (h = 1)::
@@ -11,7 +11,7 @@ Exponential-family form (h = 1)::
     mu = (m, Sigma + m m^T)
 
 The matrix component's gradient treats all D^2 entries as independent
-(MATH.md §0); ``lam2`` is symmetrised before use. All linear algebra goes
+(docs/math.md §0); ``lam2`` is symmetrised before use. All linear algebra goes
 through one batched Cholesky factorisation of L per call.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_c
 class MultivariateNormal(ExponentialFamily):
     """N(x | mean, precision^{-1}): ``MultivariateNormal().natural_from_params(mean, precision)``.
 
-    See the module docstring (and MATH.md §2.2) for the natural parameters.
+    See the module docstring (and docs/math.md §2.2) for the natural parameters.
     Extra method: :meth:`cov`.
     """
 
@@ -37,6 +37,62 @@ class MultivariateNormal(ExponentialFamily):
     event_ndims = (1, 2)
     value_ndim = 1
     symmetric_stats = (1,)  # x x^T
+    #: a value's coordinates may be missing one by one (observe(X, mask) with a mask of X's
+    #: shape): the missing ones are latent, see :meth:`complete_cells`
+    cell_masks = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape[:-1], bool), "real vectors"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
+
+    def complete_cells(self, x, cells, nat):
+        """Expected statistics of partly observed vectors, their missing coordinates
+        latent (Ghahramani & Jordan 1994; docs/api.md "Masks").
+
+        ``x`` (plates + (D,)) holds the observed coordinates where ``cells`` is True;
+        ``nat`` = (eta1, eta2) are the natural parameters E[eta] that the vector's factor
+        gives it (plates broadcasting with x's). The optimal q(x_m) is proportional to
+        exp(<eta, T(x)>) with x_o fixed: Gaussian with precision P = -2 eta2[m, m] and
+        mean P^-1 (eta1[m] + 2 eta2[m, o] x_o). Returns (E[x], E[x x^T], H[q(x_m)]) over
+        the broadcast plates; complete entries give (x, x x^T, 0). The inverses are
+        computed once per missing pattern (and per entry of ``nat``), then the rows of
+        that pattern are filled in one vectorised step."""
+        eta1, eta2 = (np.asarray(a, dtype=float) for a in nat)
+        x = np.asarray(x, dtype=float)
+        cells = np.asarray(cells, dtype=bool)
+        D = x.shape[-1]
+        B = np.broadcast_shapes(x.shape[:-1], eta1.shape[:-1], eta2.shape[:-2])
+        xf = np.where(cells, x, 0.0)
+        Ex = np.array(np.broadcast_to(xf, B + (D,)))
+        H = np.zeros(B)
+        cov = np.zeros(B + (D, D))
+        inc = ~cells.all(axis=-1)
+        if inc.any():
+            cells_B = np.broadcast_to(cells, B + (D,))
+            inc_B = np.broadcast_to(inc, B)
+            for pattern in np.unique(cells[inc], axis=0):
+                m, o = np.flatnonzero(~pattern), np.flatnonzero(pattern)
+                sel = inc_B & (cells_B == pattern).all(axis=-1)
+                P = -2.0 * eta2[..., m[:, None], m[None, :]]       # nat plates, once per pattern
+                c = _chol(_sym(P), "the precision of the missing coordinates", self.name)
+                Pinv, _ = _inv_from_chol(c)
+                logdet = _chol_logdet(c)
+                rows = Ex[sel]                                           # (n, D) selected
+                e2 = np.broadcast_to(eta2[..., m[:, None], o[None, :]], B + (len(m), len(o)))[sel]
+                h = np.broadcast_to(eta1[..., m], B + (len(m),))[sel] + \
+                    2.0 * np.einsum("nij,nj->ni", e2, rows[:, o])
+                Pi = np.broadcast_to(Pinv, B + (len(m), len(m)))[sel]
+                rows[:, m] = np.einsum("nij,nj->ni", Pi, h)
+                Ex[sel] = rows
+                blk = cov[sel]
+                blk[:, m[:, None], m[None, :]] = Pi
+                cov[sel] = blk
+                H[sel] = np.broadcast_to(0.5 * len(m) * (1.0 + LOG2PI) - 0.5 * logdet, B)[sel]
+        Exx = np.einsum("...i,...j->...ij", Ex, Ex) + cov
+        return Ex, Exx, H
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):
@@ -65,17 +121,28 @@ class MultivariateNormal(ExponentialFamily):
         return _matvec(precision, mean), -0.5 * precision
 
     def _unpack(self, nat):
-        """-> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L."""
+        """-> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L.
+
+        When every plate entry has the same precision (the scores of probabilistic PCA
+        without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row) it is
+        factorised once; L, Sigma, log|L| and c^{-1} are then read-only broadcast views."""
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
-        prec = _sym(-2.0 * lam2)
+        plates = lam2.shape[:-2]
+        one = _shared_matrix(lam2)
+        prec = _sym(-2.0 * (lam2 if one is None else one))
         c = _chol(prec, "-2 * lam2 (the precision)", self.name)
         cov, ci = _inv_from_chol(c)
-        m = _matvec(cov, lam1)
-        return m, prec, cov, _chol_logdet(c), ci
+        logdet = _chol_logdet(c)
+        if one is None:
+            return _matvec(cov, lam1), prec, cov, logdet, ci
+        full = plates + cov.shape
+        m = np.broadcast_to(lam1, plates + cov.shape[-1:]) @ cov   # Sigma symmetric: one GEMM
+        return (m, np.broadcast_to(prec, full), np.broadcast_to(cov, full),
+                np.broadcast_to(logdet, plates), np.broadcast_to(ci, full))
 
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
-        return {"mean": np.array(self._plus_c(m)), "precision": prec}
+        return {"mean": np.array(self._plus_c(m)), "precision": np.array(prec)}
 
     def centre(self, x):
         return self._minus_c(x)
@@ -121,7 +188,7 @@ class MultivariateNormal(ExponentialFamily):
 
     def cov(self, nat):
         """Covariance matrix Sigma = L^{-1}, shape plates + (D, D)."""
-        return self._unpack(nat)[2]
+        return np.array(self._unpack(nat)[2])
 
     def var(self, nat):
         """Marginal variances diag(Sigma), shape plates + (D,)."""
@@ -134,7 +201,8 @@ class MultivariateNormal(ExponentialFamily):
         return self._unpack(nat)[0]
 
     def precision_is_pd(self, nat):
-        P = -2.0 * np.asarray(nat[1])
+        one = _shared_matrix(np.asarray(nat[1]))   # equal precisions (PCA scores): check one
+        P = -2.0 * np.asarray(nat[1] if one is None else one)
         try:
             np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
         except np.linalg.LinAlgError:
@@ -149,3 +217,17 @@ class MultivariateNormal(ExponentialFamily):
         if plates == ():
             return stats.multivariate_normal(mean=m, cov=cov)
         return object_array(plates, lambda i: stats.multivariate_normal(mean=m[i], cov=cov[i]))
+
+
+def _shared_matrix(a):
+    """The one (D, D) matrix of a stack ``a`` (plates + (D, D)) whose plate entries are all
+    equal (None when they are not, or when there is at most one entry)."""
+    k = a.ndim - 2
+    if int(np.prod(a.shape[:-2], dtype=int)) <= 1:
+        return None
+    first = a[(0,) * k]
+    if not np.array_equal(a[(-1,) * k], first):   # cheap exit for distinct matrices
+        return None
+    if not np.array_equal(a, np.broadcast_to(first, a.shape)):
+        return None
+    return first

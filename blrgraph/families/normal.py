@@ -2,7 +2,7 @@
 
     N(x | m, s^{-1}) = sqrt(s / 2pi) exp(-s (x - m)^2 / 2),   s = 1/v > 0
 
-Exponential-family form (MATH.md §2.1): T(x) = (x, x^2), lam = (m s, -s/2), h = 1,
+Exponential-family form (docs/math.md §2.1): T(x) = (x, x^2), lam = (m s, -s/2), h = 1,
 
     A(lam) = -lam1^2 / (4 lam2) - 1/2 log(-2 lam2) + 1/2 log 2pi
            = m^2 s / 2 - 1/2 log s + 1/2 log 2pi,
@@ -32,6 +32,13 @@ class Normal(ExponentialFamily):
     param_names = ("mean", "precision")
     event_ndims = (0, 0)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return np.zeros(x.shape, bool), "real values"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, precision, where=None):

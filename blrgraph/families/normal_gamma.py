@@ -1,7 +1,7 @@
 """Normal-Gamma family NG(mu, tau | m, beta, a, b) = N(mu | m, (beta tau)^{-1}) Ga(tau | a, b).
 
-Parameterisation (Bishop 2006, eq. 2.154; MATH.md §2.6): location ``mean`` m,
-precision scaling ``beta`` (kappa in MATH.md) > 0, Gamma ``shape`` a > 0 and
+Parameterisation (Bishop 2006, eq. 2.154; docs/math.md §2.6): location ``mean`` m,
+precision scaling ``beta`` (kappa in docs/math.md §2.6) > 0, Gamma ``shape`` a > 0 and
 ``rate`` b > 0 (numpy/scipy take scale = 1/b). All four have shape plates.
 
 The value is the pair ``x = (mu, tau)``. Exponential-family form (h = 1)::
@@ -29,7 +29,7 @@ def _gamma_entropy(a, b):
 
 
 def _gamma_kl(a1, b1, a2, b2):
-    """KL(Ga(a1, b1) || Ga(a2, b2)), shape/rate (MATH.md §2.3)."""
+    """KL(Ga(a1, b1) || Ga(a2, b2)), shape/rate (docs/math.md §2.3)."""
     return ((a1 - a2) * digamma(a1) - gammaln(a1) + gammaln(a2)
             + a2 * (np.log(b1) - np.log(b2)) + a1 * (b2 - b1) / b1)
 
@@ -39,7 +39,7 @@ class NormalGamma(ExponentialFamily):
 
     Values, samples, means, variances and modes are pairs ``(mu, tau)``;
     :meth:`to_scipy` returns the pair of marginals (Student-t of mu, gamma of tau).
-    See the module docstring and MATH.md §2.6.
+    See the module docstring and docs/math.md §2.6.
     """
 
     name = "NormalGamma"
@@ -47,6 +47,8 @@ class NormalGamma(ExponentialFamily):
     param_names = ("mean", "beta", "shape", "rate")
     event_ndims = (0, 0, 0, 0)
     value_ndim = (0, 0)   # the value is a pair (mu, tau) of plate-shaped arrays
+    #: a joint (mu, precision) node is a prior over a child's parameters, never data
+    observable = False
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, beta, shape, rate, where=None):
@@ -118,7 +120,7 @@ class NormalGamma(ExponentialFamily):
                 - 0.5 * (digamma(a) - np.log(b)))
 
     def kl(self, nat1, nat2):
-        """Closed form (MATH.md §2.6): log(k1/k2)/2 - 1/2
+        """Closed form (docs/math.md §2.6): log(k1/k2)/2 - 1/2
         + (k2/2)(1/k1 + (a1/b1)(m1-m2)^2) + KL_Gamma(a1, b1 || a2, b2), k = beta."""
         m1, k1, a1, b1 = self._unpack(nat1)
         m2, k2, a2, b2 = self._unpack(nat2)
@@ -160,7 +162,7 @@ class NormalGamma(ExponentialFamily):
         return m.copy(), np.maximum(a - 0.5, 0.0) / b
 
     def mode(self, nat):
-        """Joint mode (m, (a - 1/2)/b); tau clamped at 0 when a < 1/2 (MATH.md §5)."""
+        """Joint mode (m, (a - 1/2)/b); tau clamped at 0 when a < 1/2 (docs/math.md §5)."""
         mu, tau = self.centred_point_value(nat)
         return np.array(self._plus_c(mu)), tau
 

@@ -1,6 +1,6 @@
 """Normal-Wishart family NW(mu, L | m, beta, W, nu) = N(mu | m, (beta L)^{-1}) W(L | W, nu).
 
-Parameterisation (Bishop 2006, eq. 2.157 and §10.2; MATH.md §2.7): ``mean`` m of
+Parameterisation (Bishop 2006, eq. 2.157 and §10.2; docs/math.md §2.7): ``mean`` m of
 shape plates + (D,), ``beta`` > 0 (plates), ``dof`` nu > D - 1 (plates) and
 ``scale`` W (plates + (D, D), SPD), with the Wishart convention E[L] = nu W of
 ``scipy.stats.wishart(df=nu, scale=W)``.
@@ -33,7 +33,7 @@ class NormalWishart(ExponentialFamily):
     Values, samples, means, variances and modes are pairs ``(mu, L)``;
     :meth:`to_scipy` returns the pair of marginals (multivariate t of mu, Wishart
     of L). Extra method: :meth:`expected_logdet`. See the module docstring and
-    MATH.md §2.7.
+    docs/math.md §2.7.
     """
 
     name = "NormalWishart"
@@ -41,6 +41,8 @@ class NormalWishart(ExponentialFamily):
     param_names = ("mean", "beta", "dof", "scale")
     event_ndims = (1, 0, 2, 0)
     value_ndim = (1, 2)   # the value is a pair (mu, L)
+    #: a joint (mu, precision) node is a prior over a child's parameters, never data
+    observable = False
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, mean, beta, dof, scale, where=None):
@@ -146,7 +148,7 @@ class NormalWishart(ExponentialFamily):
         return h_w + 0.5 * d * (1.0 + LOG2PI) - 0.5 * d * np.log(beta) - 0.5 * el
 
     def kl(self, nat1, nat2):
-        """Closed form (MATH.md §2.7): (D/2) log(b1/b2) - D/2
+        """Closed form (docs/math.md §2.7): (D/2) log(b1/b2) - D/2
         + (b2/2)(D/b1 + nu1 (m1-m2)^T W1 (m1-m2)) + KL_Wishart(W1, nu1 || W2, nu2)."""
         m1, b1, nu1, w1, ld1, _, _ = self._unpack(nat1)
         m2, b2, nu2, _, ld2, prec2, _ = self._unpack(nat2)
@@ -210,7 +212,7 @@ class NormalWishart(ExponentialFamily):
         return m, np.maximum(nu - d, 0.0)[..., None, None] * w
 
     def mode(self, nat):
-        """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (MATH.md §5)."""
+        """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (docs/math.md §5)."""
         mu, lam = self.centred_point_value(nat)
         return np.array(np.broadcast_to(self._plus_c(mu), mu.shape)), lam
 

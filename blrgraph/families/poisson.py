@@ -2,7 +2,7 @@
 
     Poi(x | r) = r^x e^{-r} / x!,   x in {0, 1, 2, ...}, rate r > 0
 
-Exponential-family form (MATH.md §2.14): T(x) = (x,), lam = (log r,),
+Exponential-family form (docs/math.md §2.14): T(x) = (x,), lam = (log r,),
 h(x) = 1/x! (not constant),
 
     A(lam) = e^lam = r,   mu = (r,),
@@ -33,9 +33,18 @@ class Poisson(ExponentialFamily):
     """Poisson(rate)."""
 
     name = "Poisson"
+    discrete = True
+    natural_unconstrained = True
     param_names = ("rate",)
     event_ndims = (0,)
     value_ndim = 0
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        return (x < 0) | (x != np.round(x)), "non-negative integer counts"
+
+    def placeholder(self, event_shape):
+        return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
     def validate_params(self, rate, where=None):

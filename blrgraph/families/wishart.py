@@ -1,6 +1,6 @@
 """Wishart family W(L | W, nu) over D x D symmetric positive-definite matrices.
 
-Parameterisation (Bishop 2006, §2.3.6 and App. B; MATH.md §2.5)::
+Parameterisation (Bishop 2006, §2.3.6 and App. B; docs/math.md §2.5)::
 
     p(L) = B(W, nu) |L|^{(nu-D-1)/2} exp(-tr(W^{-1} L) / 2),
     log B(W, nu) = -(nu/2) log|W| - (nu D/2) log 2 - log Gamma_D(nu/2),
@@ -16,7 +16,7 @@ Exponential-family form (h = 1)::
     mu = (nu W, E[log|L|]),  E[log|L|] = psi_D(nu/2) + D log 2 + log|W|
 
 Gradients with respect to the matrix component treat all D^2 entries as
-independent (MATH.md §0); matrix natural parameters are symmetrised before use.
+independent (docs/math.md §0); matrix natural parameters are symmetrised before use.
 
 This module also holds the small batched linear-algebra helpers shared with the
 MultivariateNormal and NormalWishart modules.
@@ -185,13 +185,25 @@ class Wishart(ExponentialFamily):
 
     ``dof``: shape plates, ``nu > D - 1``; ``scale``: shape plates + (D, D), SPD.
     ``E[L] = dof * scale`` (scipy.stats.wishart convention). See the module
-    docstring and MATH.md §2.5 for the natural parameters and formulas.
+    docstring and docs/math.md §2.5 for the natural parameters and formulas.
     """
 
     name = "Wishart"
     param_names = ("dof", "scale")
     event_ndims = (2, 0)
     value_ndim = 2
+    symmetric_values = True
+
+    def check_support(self, x, components=False, categories=None):
+        x = np.asarray(x, dtype=float)
+        scale = np.maximum(np.abs(x).max(axis=(-2, -1)), np.finfo(float).tiny)
+        asym = np.abs(x - np.swapaxes(x, -1, -2)).max(axis=(-2, -1)) > 1e-10 * scale
+        sym = 0.5 * (x + np.swapaxes(x, -1, -2))
+        bad = asym | (np.linalg.eigvalsh(sym)[..., 0] <= 0)
+        return bad, "symmetric positive definite matrices"
+
+    def placeholder(self, event_shape):
+        return np.eye(event_shape[-1])
     symmetric_stats = (0,)  # Lambda
 
     # ---- parameterisations -------------------------------------------------
@@ -255,14 +267,14 @@ class Wishart(ExponentialFamily):
         return nu[..., None, None] * w, self._expected_logdet(nu, logdet_w, d)
 
     def entropy(self, nat):
-        """H = -log B(W, nu) - ((nu-D-1)/2) E[log|L|] + nu D/2 (MATH.md §2.5)."""
+        """H = -log B(W, nu) - ((nu-D-1)/2) E[log|L|] + nu D/2 (docs/math.md §2.5)."""
         nu, _, logdet_w, _, _ = self._unpack(nat)
         d = nat[0].shape[-1]
         a = 0.5 * nu * logdet_w + 0.5 * nu * d * LOG2 + _multigammaln(0.5 * nu, d)
         return a - 0.5 * (nu - d - 1.0) * self._expected_logdet(nu, logdet_w, d) + 0.5 * nu * d
 
     def kl(self, nat1, nat2):
-        """Closed form (MATH.md §2.5): log B1 - log B2 + ((nu1-nu2)/2) E1[log|L|]
+        """Closed form (docs/math.md §2.5): log B1 - log B2 + ((nu1-nu2)/2) E1[log|L|]
         - nu1 D/2 + (nu1/2) tr(W2^{-1} W1)."""
         nu1, w1, ld1, _, _ = self._unpack(nat1)
         nu2, _, ld2, prec2, _ = self._unpack(nat2)
@@ -295,7 +307,7 @@ class Wishart(ExponentialFamily):
         return wishart_var(nu, w)
 
     def mode(self, nat):
-        """(nu - D - 1) W, clamped at the zero matrix when nu < D + 1 (MATH.md §5)."""
+        """(nu - D - 1) W, clamped at the zero matrix when nu < D + 1 (docs/math.md §5)."""
         nu, w, _, _, _ = self._unpack(nat)
         d = w.shape[-1]
         return np.maximum(nu - d - 1.0, 0.0)[..., None, None] * w

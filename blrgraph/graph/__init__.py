@@ -1,6 +1,6 @@
 """The factor graph: nodes, factors and their messages, plates, the Model."""
 from .chains_gaussian import GaussianMarkovChain
-from .deterministic import Dot, Gather
+from .deterministic import Add, Dot, Gate, Gather
 from .model import FactorGraph
 from .node import Constant, Posterior, Stochastic
 from .potential import Potential

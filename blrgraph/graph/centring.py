@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal_wishart import NormalWishart as NormalWishartFamily
+
 from .deterministic import Gather
 from .factors.fixed import FixedPrior
 from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor,
@@ -152,6 +155,13 @@ def _k_axes(members, edges, anchor, consts):
     # (a constant component parameter of a mixture: the statistics-matrix path reads its
     # moments with the parameters' plates; elsewhere constants broadcast)
     plates += [(tuple(c.plates), True) for c, child, mix in consts if mix]
+    if not any(n.stochastic and not n.observed for n in members):
+        # no latent member (data whose location parents are constants): c must not vary
+        # along the data's own axes beyond the constants' plates, else every entry is its
+        # own c and a predictive of new rows (or a saved fit) has no c to use
+        plates += [(tuple(c.plates), bool(mix or flag.get(child))) for c, child, mix in consts]
+        if not consts:
+            k = 0
     for ep, has_k in plates:
         if has_k:
             ep = ep[:-1]
@@ -192,8 +202,7 @@ def _member_shift(c, flag, vector):
 
 
 def _is_vector(members):
-    return any(type(n.provides).__name__ in ("MultivariateNormal", "NormalWishart")
-               for n in members)
+    return any(isinstance(n.provides, (MVNFamily, NormalWishartFamily)) for n in members)
 
 
 def _same(a, b):

@@ -44,16 +44,14 @@ from .node import ChildData, Node, Stochastic
 from .plates import broadcast_plates, wsum
 
 
-def _provides(p):
-    return type(getattr(p, "provides", None)).__name__
-
-
 def _swap(a):
     return np.swapaxes(a, -1, -2)
 
 
 class GaussianChainFactor(Conditional):
     """p(x_1..x_T | mean0, precision0, A, noise precision) of a Gaussian Markov chain."""
+
+    independent_entries = False   # the time steps are coupled by the prior
 
     def __init__(self, node, parents, slots, length):
         super().__init__(node, parents, slots)
@@ -225,7 +223,7 @@ class GaussianMarkovChain(Stochastic):
             raise ValueError(f"{label}: A must be a (D, D) matrix or a MultivariateNormal node "
                              f"whose last plate axis holds the rows, got shape {np.shape(A)}")
         if isinstance(noise_precision, Node):
-            diag = _provides(noise_precision) == "Gamma"
+            diag = isinstance(getattr(noise_precision, "provides", None), GammaFamily)
         else:
             diag = np.ndim(noise_precision) <= 1
         noise = Slot("noise_precision", GammaFamily() if diag else WishartFamily(),

@@ -22,58 +22,18 @@ def _as_array(node, data):
     return arr
 
 
-def _support(node, x):
-    """Message for the first unsupported value, or None. x holds observed entries only."""
-    fam = type(node.family).__name__
-    vnd = node.family.value_ndim
-    if fam in ("NormalGamma", "NormalWishart"):
-        return "a joint (mu, precision) node cannot be observed; observe its child instead"
-    if fam in ("Normal", "MultivariateNormal"):
-        return None
-    if fam in ("Gamma",):
-        bad = x <= 0
-        what = "positive values"
-    elif fam == "Exponential":
-        bad = x < 0
-        what = "non-negative values"
-    elif fam == "Poisson":
-        bad = (x < 0) | (x != np.round(x))
-        what = "non-negative integer counts"
-    elif fam == "Bernoulli":
-        bad = (x != 0) & (x != 1)
-        what = "0/1 values"
-    elif fam == "Binomial":
-        n = np.broadcast_to(node.family.n, node.plates)[node._obs_index] if node._obs_index is not None \
-            else node.family.n
-        bad = (x < 0) | (x != np.round(x)) | (x > n)
-        what = "integer counts between 0 and n"
-    elif fam == "Categorical":
-        K = node.factor.n_categories()
-        bad = (x < 0) | (x != np.round(x)) | (x >= K)
-        what = f"integer categories 0..{K - 1}"
-    elif fam == "Multinomial":
-        n = np.broadcast_to(node.family.n, node.plates)[node._obs_index] if node._obs_index is not None \
-            else node.family.n
-        bad = np.any((x < 0) | (x != np.round(x)), axis=-1) | (x.sum(axis=-1) != n)
-        what = "non-negative integer count vectors summing to n"
-    elif fam == "Beta":
-        bad = (x <= 0) | (x >= 1)
-        what = "values strictly between 0 and 1"
-    elif fam == "Dirichlet":
-        bad = np.any(x <= 0, axis=-1) | (np.abs(x.sum(-1) - 1) > 1e-8)
-        what = "points of the open simplex"
-    elif fam == "Wishart":
-        try:
-            np.linalg.cholesky(x)
-            bad = np.zeros(x.shape[:-2], bool)
-        except np.linalg.LinAlgError:
-            return "symmetric positive definite matrices (a Cholesky factorisation failed)"
-        what = "SPD matrices"
-    else:
-        return None
-    bad = np.asarray(bad)
-    if bad.ndim > x.ndim - vnd:
-        bad = np.any(bad.reshape(bad.shape[: x.ndim - vnd] + (-1,)), axis=-1)
+def _support(node, x, m):
+    """Message for the first observed value outside the family's support, or None.
+
+    The family declares its support (``check_support``; docs/dev/architecture.md, "Value
+    facts"); x holds every entry (masked ones hold a placeholder), m is the mask or None."""
+    fam = node.family
+    components = getattr(node.factor, "component", None) is not None
+    categories = node.factor.n_categories() if fam.is_label else None
+    bad, what = fam.check_support(x, components=components, categories=categories)
+    bad = np.broadcast_to(np.asarray(bad, dtype=bool), np.shape(x)[: np.ndim(x) - fam.value_ndim])
+    if m is not None:
+        bad = bad & m
     if np.any(bad):
         first = np.argwhere(bad)[0]
         val = x[tuple(first)]
@@ -101,11 +61,29 @@ def _event_shape(node):
     return tuple(shape[len(shape) - vnd:])
 
 
-_PLACEHOLDER = {"Gamma": 1.0, "Beta": 0.5}
+def _observe_cells(node, x, cells, weights):
+    """Vectors with a per-coordinate mask (``cell_masks`` families): an entry is observed
+    if any coordinate is; in a partly observed entry the missing coordinates are stored
+    as NaN and integrate out as latent variables (``Conditional.complete``)."""
+    bad = cells & ~np.isfinite(x)
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{node.label()}: cell {first} is marked observed but is NaN/inf; set "
+                         f"mask False there")
+    m = cells.any(axis=-1)
+    x = x.copy()
+    x[~m] = node.family.placeholder(x.shape[-1:])
+    x[~cells & m[..., None]] = np.nan
+    value, m2, w = prepare_observation(node, np.where(np.isnan(x), 0.0, x), m, weights)
+    value = np.where(np.isnan(x), np.nan, value)
+    return value, m2, w
 
 
 def prepare_observation(node, data, mask, weights):
     """Validate and return (value, mask or None, weights or None) for ``node.observe``."""
+    if not node.family.observable:
+        raise ValueError(f"{node.label()}: a joint (mu, precision) node cannot be observed; "
+                         f"observe its child instead")
     x = _as_array(node, data)
     vnd = node.family.value_ndim
     if x.ndim < vnd:
@@ -141,6 +119,8 @@ def prepare_observation(node, data, mask, weights):
         m = np.asarray(mask)
         if m.dtype != bool:
             raise TypeError(f"{node.label()}: mask must be a boolean array (True = observed), got {m.dtype}")
+        if vnd == 1 and getattr(node.family, "cell_masks", False) and m.shape == x.shape:
+            return _observe_cells(node, x, m, weights)
         try:
             m = np.broadcast_to(m, dplates).copy()
         except ValueError:
@@ -150,25 +130,14 @@ def prepare_observation(node, data, mask, weights):
             bad = np.argwhere(m & ~finite)[0]
             raise ValueError(f"{node.label()}: entry {tuple(int(i) for i in bad)} is marked observed "
                              f"but is NaN/inf; set mask False there")
-    node._obs_index = None
-    observed = x if m is None else x[m]
-    if m is not None and type(node.family).__name__ in ("Binomial", "Multinomial"):
-        node._obs_index = m
-    msg = _support(node, observed)
+    if m is not None and not np.all(m):
+        x = x.copy()
+        x[~m] = node.family.placeholder(x.shape[x.ndim - vnd:])
+    msg = _support(node, x, m)
     if msg is not None:
         raise ValueError(f"{node.label()}: data must be {msg}")
-    if m is not None and not np.all(m):
-        fill = _PLACEHOLDER.get(type(node.family).__name__, 0.0)
-        x = x.copy()
-        if type(node.family).__name__ == "Dirichlet":
-            x[~m] = 1.0 / x.shape[-1]
-        elif type(node.family).__name__ == "Wishart":
-            x[~m] = np.eye(x.shape[-1])
-        else:
-            x[~m] = fill
-        m = m.astype(float)
-    elif m is not None:
-        m = None  # everything observed
+    if m is not None:
+        m = None if np.all(m) else m.astype(float)   # None: everything observed
     w = None
     if weights is not None:
         w = np.asarray(weights, dtype=float)
@@ -180,6 +149,6 @@ def prepare_observation(node, data, mask, weights):
         except ValueError:
             raise ValueError(f"{node.label()}: weights of shape {w.shape} do not match the data "
                              f"plates {dplates}") from None
-    if type(node.family).__name__ == "Categorical":
+    if node.family.is_label:
         x = x.astype(np.intp)
     return x, m, w

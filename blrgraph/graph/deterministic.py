@@ -1,4 +1,4 @@
-"""Deterministic nodes: gathers (``node[idx]``) and linear predictors (``Dot``).
+"""Deterministic nodes: gathers (``node[idx]``), inner products (``Dot``) and sums (``Add``).
 
 A deterministic node publishes moments computed from its parent's moments and
 maps messages back (the adjoint): a gather scatters them with one sparse
@@ -10,7 +10,7 @@ import numpy as np
 
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
-from .node import Node
+from .node import Constant, Node
 from .plates import Scatter, broadcast_plates, wsum
 
 
@@ -76,29 +76,76 @@ class Gather(Deterministic):
 
 
 class Dot(Deterministic):
-    """a = X w: X an array (plates + (D,)), w a MultivariateNormal node.
+    """a = x . w: the inner product of two vectors along their last axis.
 
-    Publishes Normal moments (E[a], E[a^2]) = (X E[w], diag(X E[w w^T] X^T));
-    a message (c1, c2) on a maps to (X^T c1, X^T diag(c2) X) on w."""
+    Each operand is an array (a design matrix, plates + (D,)) or a node publishing
+    MultivariateNormal moments (E[v], E[v v^T]); at least one is a node. Publishes
+    Normal moments (docs/math.md, "Products of latent variables"):
+
+        E[a]   = E[x] . E[w]
+        E[a^2] = tr(E[x x^T] E[w w^T])      (x and w independent under q)
+
+    and maps a child's message (c1, c2) on a (the coefficients of E[a], E[a^2] in
+    the child's expected log-likelihood) to one operand as
+    (sum c1 E[other], sum c2 E[other other^T]) over the plates the operand does not
+    have. With an array X this is (X^T c1, X^T diag(c2) X): ``Dot(X, w)`` is the
+    linear predictor of a regression. With two latent operands (probabilistic PCA:
+    loadings W with plates (D,), scores x with plates (N, 1)) the product is
+    bilinear and VMP updates W and x in turn; :meth:`start` breaks the symmetry of
+    their zero-mean priors."""
 
     def __init__(self, X, w, name=None):
-        if isinstance(X, Node):
-            raise TypeError("Dot(X, w): X must be an array (the design matrix), w the node")
-        if not isinstance(w, Node) or not isinstance(getattr(w, "provides", None), MVNFamily):
-            raise TypeError(f"Dot(X, w): w must be a MultivariateNormal node, got {w!r}")
-        X = np.asarray(X, dtype=float)
-        if X.ndim < 1 or not np.all(np.isfinite(X)):
-            raise ValueError(f"Dot(X, {w.name}): X must be a finite array of shape (..., D); "
-                             f"mask or impute missing covariates first")
+        a_node, b_node = isinstance(X, Node), isinstance(w, Node)
+        if a_node and not b_node:   # Dot(w, X): the array goes first internally
+            X, w = w, X
+            a_node, b_node = False, True
+        if not b_node:
+            raise TypeError("Dot(X, w): give at least one node (a MultivariateNormal node, or a "
+                            "node publishing its moments such as a gather of one); both are arrays")
+        for v in ((X, w) if a_node else (w,)):
+            if not isinstance(getattr(v, "provides", None), MVNFamily):
+                raise TypeError(f"Dot(X, w): the operand {v.label()} must be a MultivariateNormal "
+                                f"node (vector moments E[v], E[v v^T]); got "
+                                f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
         D = np.shape(w.moments()[0])[-1]
-        super().__init__(name or f"dot({w.name})", broadcast_plates(X.shape[:-1], w.plates))
-        self.X = X
+        if a_node:
+            if X is w:
+                raise ValueError(f"Dot({X.name}, {w.name}): the two operands are the same node; "
+                                 f"E[(w.w)^2] is not tr(E[w w^T]^2) (they are not independent). "
+                                 f"Use two nodes")
+            shared = _stochastic_sources(X) & _stochastic_sources(w)
+            if shared:
+                raise ValueError(f"Dot({X.name}, {w.name}): both operands depend on "
+                                 f"{sorted(n.name for n in shared)} through deterministic nodes; "
+                                 f"the product's moments need independent operands")
+            if np.shape(X.moments()[0])[-1] != D:
+                raise ValueError(f"Dot({X.name}, {w.name}): the operands have dimensions "
+                                 f"{np.shape(X.moments()[0])[-1]} and {D}; they must be equal")
+            try:
+                plates = broadcast_plates(X.plates, w.plates)
+            except ValueError:
+                raise ValueError(f"Dot({X.name}, {w.name}): plates {X.plates} and {w.plates} do not "
+                                 f"broadcast; e.g. loadings W with plates (D,) and scores x with "
+                                 f"plates (N, 1) give a product with plates (N, D)") from None
+            super().__init__(name or f"dot({X.name},{w.name})", plates)
+            self.X = None      # no design matrix: both operands are nodes
+            self.operands = [X, w]
+        else:
+            X = np.asarray(X, dtype=float)
+            if X.ndim < 1 or not np.all(np.isfinite(X)):
+                raise ValueError(f"Dot(X, {w.name}): X must be a finite array of shape (..., D); "
+                                 f"mask or impute missing covariates first")
+            super().__init__(name or f"dot({w.name})", broadcast_plates(X.shape[:-1], w.plates))
+            self.X = X
+            self.operands = [w]
+            if D != X.shape[-1]:
+                raise ValueError(f"Dot(X, {w.name}): X has {X.shape[-1]} columns but w has "
+                                 f"dimension {D}")
         self.w = w
         self.provides = NormalFamily()
-        self.parents = [w]
-        w._add_child(self)
-        if D != X.shape[-1]:
-            raise ValueError(f"Dot(X, {w.name}): X has {X.shape[-1]} columns but w has dimension {D}")
+        self.parents = list(self.operands)
+        for p in self.operands:
+            p._add_child(self)
 
     def restrict(self, rows, cut, source_rows=None):
         state = super().restrict(rows, cut)
@@ -106,15 +153,270 @@ class Dot(Deterministic):
         self.X = self.X[rows] if self.X.ndim > 1 else self.X
         return state
 
+    def restrict(self, rows, cut, source_rows=None):
+        state = super().restrict(rows, cut)
+        state["X"] = self.X
+        if self.X is not None and self.X.ndim > 1:
+            self.X = self.X[rows]
+        return state
+
     def moments(self):
-        m, mm = self.w.moments()
-        X = self.X
-        mean = np.einsum("...d,...d->...", X, m)
-        second = np.einsum("...d,...de,...e->...", X, mm, X, optimize=True)
-        return (mean, second)
+        srcs = tuple(p.moments() for p in self.operands)
+        cached = getattr(self, "_cache", None)
+        if cached is not None and all(a is b for a, b in zip(cached[0], srcs)) \
+                and cached[1] is self.X:
+            return cached[2]
+        if self.X is not None:
+            m, mm = srcs[0]
+            X = self.X
+            mean = np.einsum("...d,...d->...", X, m)
+            second = np.einsum("...d,...de,...e->...", X, mm, X, optimize=True)
+        else:
+            (ma, Sa), (mb, Sb) = srcs
+            kw = dict(target_plates=self.plates, full_plates=self.plates)
+            mean = wsum(None, ma, mb, subs=("A", "A"), out="", **kw)
+            second = wsum(None, Sa, Sb, subs=("AB", "AB"), out="", **kw)
+        out = (mean, second)
+        self._cache = (srcs, self.X, out)
+        return out
 
     def backward(self, msg, parent):
         c1, c2 = msg
         kw = dict(target_plates=parent.plates, full_plates=self.plates)
-        return (wsum(c1, self.X, subs=("A",), out="A", **kw),
-                wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
+        if self.X is not None:
+            return (wsum(c1, self.X, subs=("A",), out="A", **kw),
+                    wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
+        other = self.operands[1] if parent is self.operands[0] else self.operands[0]
+        m, S = other.moments()
+        return (wsum(c1, m, subs=("A",), out="A", **kw),
+                wsum(c2, S, subs=("AB",), out="AB", **kw))
+
+    def start(self, rng):
+        """Two latent operands with zero-mean priors are a saddle point of the ELBO
+        (each one's message to the other is 0, so VMP never leaves E[x] = E[w] = 0):
+        each latent operand starts at q = N(a draw from its prior, the prior's
+        covariance), as BayesPy's ``initialize_from_random``, unless it has a start given
+        by ``node.start_from`` (whichever operand the schedule updates first must see a
+        nonzero partner). ``fit(seed=...)`` fixes the draw (operands in creation order,
+        so Dot(W, x) = Dot(x, W))."""
+        if self.X is not None:
+            return
+        for p in sorted(self.operands, key=lambda n: n.id):
+            if getattr(p, "_start", None) is not None:
+                continue   # a given start (``node.start_from``)
+            if p.stochastic and not p.observed and p.nat is not None:
+                p.set_natural(_random_mean(p, rng))
+
+
+def _random_mean(node, rng):
+    """q's natural parameters with the mean replaced by a draw from q (same precision)."""
+    lam1, lam2 = node.nat
+    x = node.family.sample(node.nat, rng=rng)
+    x = np.broadcast_to(x, np.shape(lam1))
+    P = -2.0 * np.asarray(lam2)
+    return (np.einsum("...ij,...j->...i", P, x), np.asarray(lam2))
+
+
+def _stochastic_sources(node):
+    """The stochastic nodes a node's value depends on through deterministic nodes only."""
+    if not node.deterministic:
+        return {node}
+    out = set()
+    for p in node.parents:
+        out |= _stochastic_sources(p)
+    return out
+
+
+class Add(Deterministic):
+    """s = a + b of scalar Gaussian quantities: each a node publishing Normal moments
+    (a Normal node, a ``Dot``, another ``Add``) or an array; at least one a node.
+
+    Publishes E[s] = E[a] + E[b], E[s^2] = E[a^2] + 2 E[a] E[b] + E[b^2] (a and b
+    independent under q); a child's message (c1, c2) on s maps to a as
+    (c1 + 2 c2 E[b], c2), summed over the plates a does not have (the gradient of the
+    child's expected log-likelihood in a's moments; docs/math.md)."""
+
+    def __init__(self, a, b, name=None):
+        ops = []
+        for v in (a, b):
+            if isinstance(v, Node):
+                if not isinstance(getattr(v, "provides", None), NormalFamily):
+                    raise TypeError(f"Add(a, b): {v.label()} must publish Normal moments (a Normal "
+                                    f"node, bg.Dot or bg.Add), got "
+                                    f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
+                ops.append(v)
+            else:
+                try:
+                    value = np.asarray(v, dtype=float)
+                except (TypeError, ValueError):
+                    raise TypeError(f"Add(a, b): operands must be nodes or arrays, got "
+                                    f"{type(v).__name__}") from None
+                if not np.all(np.isfinite(value)):
+                    raise ValueError("Add(a, b): an array operand must be finite")
+                ops.append(Constant(value, NormalFamily(), name="add.constant"))
+        nodes = [v for v in ops if not isinstance(v, Constant)]
+        if not nodes:
+            raise TypeError("Add(a, b): give at least one node; both are arrays")
+        if len(nodes) == 2:
+            shared = _stochastic_sources(nodes[0]) & _stochastic_sources(nodes[1])
+            if shared:
+                raise ValueError(f"Add({nodes[0].name}, {nodes[1].name}): both operands depend on "
+                                 f"{sorted(n.name for n in shared)}; E[s^2] needs independent "
+                                 f"operands (write the sum inside one node instead)")
+        try:
+            plates = broadcast_plates(*(v.plates for v in ops))
+        except ValueError:
+            raise ValueError(f"Add(a, b): plates {ops[0].plates} and {ops[1].plates} do not "
+                             f"broadcast") from None
+        super().__init__(name or "add(" + ",".join(v.name for v in nodes) + ")", plates)
+        self.operands = ops
+        self.provides = NormalFamily()
+        self.parents = ops
+        for p in nodes:
+            p._add_child(self)
+
+    def moments(self):
+        (ma, sa), (mb, sb) = (p.moments() for p in self.operands)
+        return (np.broadcast_to(ma + mb, self.plates),
+                np.broadcast_to(sa + 2.0 * ma * mb + sb, self.plates))
+
+    def backward(self, msg, parent):
+        c1, c2 = msg
+        kw = dict(target_plates=parent.plates, full_plates=self.plates)
+        total = None
+        for i, p in enumerate(self.operands):
+            if p is not parent:
+                continue
+            mo = self.operands[1 - i].moments()[0]
+            m = (wsum(None, c1 + 2.0 * np.asarray(c2) * mo, **kw), wsum(c2, **kw))
+            total = m if total is None else tuple(x + y for x, y in zip(total, m))
+        return total
+
+
+def _gate_selectors(node):
+    """The selectors z of the gates a node's value depends on through deterministic nodes."""
+    if not node.deterministic:
+        return set()
+    out = {node.z} if isinstance(node, Gate) else set()
+    for p in node.parents:
+        out |= _gate_selectors(p)
+    return out
+
+
+class Gate(Deterministic):
+    """x = node[z]: a latent Categorical z selects one of the K entries of ``node`` along its
+    plate axis ``axis`` (BayesPy's Gate; ``axis`` is its ``cluster_plate``, default the last).
+
+    ``node`` is any node (stochastic or deterministic, even another Gate: nested mixtures)
+    whose plates have the K components at ``axis``; the gate's plates are the node's
+    without that axis, broadcast with z's plates. A conjugate child's expected
+    log-likelihood is linear in each parent's moments, so with responsibilities r = E[z]
+
+        E_z E[log p(child | node_z)] = sum_k r_k E[log p(child | node_k)]
+
+    is the child's term at the averaged moments u = sum_k r_k E[T(node_k)], which the gate
+    publishes. The child's message c maps back by the chain rule: to node_k as r_k c, to z
+    as <c, E[T(node_k)]> per k (docs/latent_products.md). The child's other parents must
+    not depend on z (two parents gated by the same z are not linear in r)."""
+
+    def __init__(self, z, node, axis=-1, name=None):
+        from ..families.categorical import Categorical as CategoricalFamily
+        if not isinstance(z, Node) or not isinstance(getattr(z, "provides", None), CategoricalFamily):
+            raise TypeError(f"Gate(z, node): z must be a Categorical node, got {z!r}")
+        if not isinstance(node, Node) or getattr(node, "provides", None) is None:
+            raise TypeError(f"Gate({z.name}, node): node must be a node with moments, got {node!r}")
+        if not node.plates:
+            raise ValueError(f"Gate({z.name}, {node.name}): the node has no plates; its plate "
+                             f"axis {axis} must hold the K components")
+        nd = len(node.plates)
+        if not -nd <= axis < nd:
+            raise ValueError(f"Gate({z.name}, {node.name}): axis={axis} is not a plate axis of "
+                             f"plates {node.plates}")
+        self.axis = axis % nd
+        K = node.plates[self.axis]
+        Kz = np.shape(z.moments()[0])[-1]
+        if Kz != K:
+            raise ValueError(f"Gate({z.name}, {node.name}): z has {Kz} categories but the node's "
+                             f"plate axis {axis} has {K} components")
+        if z in _stochastic_sources(node) or z in _gate_selectors(node):
+            raise ValueError(f"Gate({z.name}, {node.name}): the node depends on z itself")
+        rest = node.plates[:self.axis] + node.plates[self.axis + 1:]
+        try:
+            plates = broadcast_plates(z.plates, rest)
+        except ValueError:
+            raise ValueError(f"Gate({z.name}, {node.name}): z's plates {z.plates} do not broadcast "
+                             f"with the node's plates without the component axis, {rest}") from None
+        super().__init__(name or f"gate({z.name},{node.name})", plates)
+        self.z, self.node, self.K = z, node, K
+        self.provides = node.provides
+        self.parents = [z, node]
+        z._add_child(self)
+        node._add_child(self)
+
+    @property
+    def rest(self):
+        """The node's plates without the component axis (read each time: a minibatch
+        or an active-rows view restricts the node's plates)."""
+        return self.node.plates[:self.axis] + self.node.plates[self.axis + 1:]
+
+    def _add_child(self, child):
+        others = [p for p in getattr(child, "parents", []) if p is not self]
+        if any(self.z in _stochastic_sources(p) | _gate_selectors(p) for p in others):
+            raise ValueError(f"{child.label()}: two of its parents depend on the selector "
+                             f"{self.z.label()} (gates on the same z); the expected "
+                             f"log-likelihood is then not linear in z's probabilities. Gate the "
+                             f"parameters as one node (e.g. a NormalWishart or NormalGamma) or use "
+                             f"Mixture(z, ...)")
+        super()._add_child(child)
+
+    def _components(self):
+        """The node's moments with the K axis moved last: rest plates + event + (K,)."""
+        ev = self.provides.event_ndims
+        out = []
+        for m, k in zip(self.node.moments(), ev):
+            m = np.broadcast_to(m, self.node.plates + np.shape(m)[np.ndim(m) - k:])
+            out.append(np.moveaxis(m, self.axis, -1))
+        return out
+
+    def _r(self, k):
+        r = np.asarray(self.z.moments()[0], dtype=float)
+        return r.reshape(r.shape[:-1] + (1,) * k + (self.K,))
+
+    def moments(self):
+        srcs = (self.z.moments(), self.node.moments())
+        cached = getattr(self, "_cache", None)
+        if cached is not None and cached[0][0] is srcs[0] and cached[0][1] is srcs[1]:
+            return cached[1]
+        out = []
+        for mk, k in zip(self._components(), self.provides.event_ndims):
+            v = np.sum(mk * self._r(k), axis=-1)
+            out.append(np.broadcast_to(v, self.plates + v.shape[v.ndim - k:]))
+        out = tuple(out)
+        self._cache = (srcs, out)
+        return out
+
+    def backward(self, msg, parent):
+        from .plates import reduce_to
+        ev = self.provides.event_ndims
+        if parent is self.z:
+            total = 0.0
+            for c, mk, k in zip(msg, self._components(), ev):
+                c = np.asarray(c, dtype=float)[..., None]          # plates + event + (1,)
+                prod = c * mk
+                total = total + np.sum(prod, axis=tuple(range(prod.ndim - 1 - k, prod.ndim - 1)))
+            total = np.broadcast_to(total, broadcast_plates(np.shape(total)[:-1], self.plates)
+                                    + (self.K,))
+            return (reduce_to(total, 1, self.z.plates),)
+        out = []
+        for c, k in zip(msg, ev):
+            term = np.asarray(c, dtype=float)[..., None] * self._r(k)   # plates + event + (K,)
+            term = np.broadcast_to(term, broadcast_plates(term.shape[:term.ndim - k - 1], self.plates)
+                                   + term.shape[term.ndim - k - 1:])
+            red = reduce_to(term, k + 1, self.rest)                      # rest + event + (K,)
+            out.append(np.moveaxis(red, -1, self.axis))
+        return tuple(out)
+
+    def selector(self):
+        """z: the fit treats it as a mixture assignment (started at random
+        responsibilities, or ``init=``; updated with the local block)."""
+        return self.z

@@ -11,8 +11,6 @@ import re
 
 import numpy as np
 
-from ..families.wishart import Wishart as WishartFamily
-
 from .plates import broadcast_plates
 
 _MAX_PLATE = np.iinfo(np.intp).max
@@ -98,7 +96,7 @@ def check_observation(node, data, mask, weights):
             raise ValueError(f"{node.label()}: mask of shape {mshape} does not match the data of "
                              f"shape {data.shape}; give a mask of shape {want}, True = observed "
                              f"(a mask is not broadcast: a shorter one would mask whole columns)")
-    if isinstance(node.family, WishartFamily) and data.dtype != object and data.ndim >= 2:
+    if node.family.symmetric_values and data.dtype != object and data.ndim >= 2:
         _check_symmetric(node, data, mask, dplates)
     return data, weights
 

@@ -47,6 +47,17 @@ class Node:
     def moments(self):
         raise NotImplementedError
 
+    def start(self, rng):
+        """Hook called by the fit after every latent q is set to its prior: a node may
+        move its own or its parents' q to a better starting point (``Dot`` of two
+        latent vectors breaks their symmetry). Default: nothing."""
+
+    def selector(self):
+        """The Categorical node this deterministic node selects components by (``Gate``),
+        or None; the fit treats it as a mixture assignment (its start, its place in the
+        local block). Stochastic nodes answer through their factor's ``selector()``."""
+        return None
+
     # ---- views of some entries of the first plate axis (minibatches, active rows) ----
     def restrict(self, rows, cut, source_rows=None):
         """Become the view of entries ``rows`` of the first plate axis; returns what
@@ -145,14 +156,17 @@ class ChildData:
     Categorical child is used through its labels, and its one-hot T(x)
     (entries x K, e.g. tokens x vocabulary) is only built if a factor asks."""
 
-    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim")
+    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim", "cells")
 
-    def __init__(self, value, moments, plates, value_ndim, make_moments=None):
+    def __init__(self, value, moments, plates, value_ndim, make_moments=None, cells=None):
         self.value = value
         self._moments = moments
         self._make = make_moments
         self.plates = tuple(plates)
         self.value_ndim = value_ndim
+        # per-coordinate observed flags of partly observed vectors (None: every entry whole);
+        # a factor completes such data with Conditional.complete before using it
+        self.cells = cells
 
     @property
     def moments(self):
@@ -166,12 +180,13 @@ class ChildData:
             a = np.asarray(a)
             return np.expand_dims(a, a.ndim - k)
         value = None if self.value is None else ins(self.value, self.value_ndim)
+        cells = None if self.cells is None else ins(self.cells, self.value_ndim)
         if self._moments is None and self._make is not None:
             return ChildData(value, None, self.plates + (1,), self.value_ndim, make_moments=lambda: tuple(
-                ins(m, k) for m, k in zip(self.moments, event_ndims)))
+                ins(m, k) for m, k in zip(self.moments, event_ndims)), cells=cells)
         moments = None if self._moments is None else tuple(
             ins(m, k) for m, k in zip(self._moments, event_ndims))
-        return ChildData(value, moments, self.plates + (1,), self.value_ndim)
+        return ChildData(value, moments, self.plates + (1,), self.value_ndim, cells=cells)
 
 
 class Posterior:
@@ -313,6 +328,31 @@ class Stochastic(Node):
         self._centred = None
         self.nat = None
 
+    # ---- start ----------------------------------------------------------------
+    def start_from(self, *params):
+        """Start every fit's q of this node at ``Family(*params)`` (the constructor's
+        parameters of the node's family, e.g. ``x.start_from(means, np.eye(K))`` for a
+        MultivariateNormal) instead of at the prior; broadcast to the node's plates.
+        ``start_from()`` with no arguments goes back to the prior. Returns the node."""
+        if not params:
+            self._start = None
+            return self
+        where = f"{self.label()}.start_from"
+        try:
+            nat = self.family.natural_from_params(*self.family.validate_params(*params, where=where))
+            nat = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:]).copy()
+                        for a, k in zip(nat, self.family.event_ndims))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: give the parameters {self.family.param_names} of a "
+                             f"{self.family.name} with plates {self.plates} ({err})") from None
+        self._start = nat
+        return self
+
+    def start(self, rng):
+        """q at the start given by :meth:`start_from`, if any (see :meth:`Node.start`)."""
+        if getattr(self, "_start", None) is not None and not self.observed:
+            self.set_natural(self._start)
+
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):
         """Attach data; returns the node. ``mask`` marks observed entries (True =
@@ -396,10 +436,25 @@ class Stochastic(Node):
         self._centred = (self.value, self.family, v)
         return v
 
+    def cells(self):
+        """Per-coordinate observed flags (plates + (D,)) of data whose vectors are partly
+        observed (``observe(X, mask)`` with a mask of X's shape stores their missing
+        coordinates as NaN), or None. Kept while the data array is the same."""
+        v = self.value
+        memo = self.__dict__.get("_cells_memo")
+        if memo is None or memo[0] is not v:
+            c = None
+            if v is not None and getattr(self.family, "cell_masks", False):
+                nan = np.isnan(v)
+                c = ~nan if nan.any() else None
+            self._cells_memo = memo = (v, c)
+        return memo[1]
+
     def child_data(self):
         if self.observed:
             return ChildData(self.centred_value(), self._obs_moments, self.plates,
-                             self.family.value_ndim, make_moments=self._observed_moments)
+                             self.family.value_ndim, make_moments=self._observed_moments,
+                             cells=self.cells())
         if self.point:
             return ChildData(self.family.centred_point_value(self.nat),
                              self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
@@ -408,7 +463,11 @@ class Stochastic(Node):
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
         if self._obs_moments is None:
-            if self.family.is_label and self.family.K is None:
+            if self.cells() is not None:
+                raise ValueError(f"{self.label()}: its vectors are partly observed (a per-coordinate "
+                                 f"mask); their statistics depend on the parameters, so they are "
+                                 f"only used as the data of its own factor, not as a parent's value")
+            if self.family.is_label and getattr(self.family, "K", None) is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
                 self._obs_moments = self.family.suff_stats(self.centred_value())
@@ -483,6 +542,53 @@ class Stochastic(Node):
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
+    # ---- entries that integrate out -----------------------------------------
+    def observed_entries(self):
+        """Which entries of a latent node have an observed descendant: a 0/1 float array
+        of its plates, or None when every entry has one (or for data and point masses).
+
+        An entry none of whose descendants is observed (a fully masked row's mixture
+        assignment, a latent leaf) integrates out exactly: sum_x p(x | parents) = 1. It
+        sends no message to its parents and adds nothing to the ELBO (weight 0 in
+        :meth:`message_weight` and :meth:`elbo_term`; its KL from the prior is exactly 0
+        rather than rounded to 0), so a masked entry is the same as an entry left out.
+        An entry counts as observed when a child reaches it through a deterministic node
+        (Gather, Dot) or a mixture's component slot (conservative: the old weights)."""
+        if self.observed or self.point or not self.factor.independent_entries:
+            return None
+        key = [self.plates]
+        parts = []
+        for c in self.children:
+            if c.deterministic or not c.stochastic:
+                return None
+            # the factors of c's message weight to self (message_weight), without building it
+            own = c.mask if c.observed else c.observed_entries()
+            rep = c.replicates if c.replicates is not None and c.replicates is not self.replicates \
+                else None
+            pm = c._observed_parent_mask()
+            if own is None and rep is None and pm is None:
+                return None
+            key += [own, rep, pm]
+            parts.append((c, (own, rep, pm)))
+        memo = self.__dict__.get("_observed_memo")
+        if memo is not None and len(memo[0]) == len(key) and memo[0][0] == key[0] and \
+                all(a is b for a, b in zip(memo[0][1:], key[1:])):
+            return memo[1]
+        seen = np.zeros(self.plates, dtype=bool)
+        for c, factors in parts:
+            nz = np.ones(c.plates, dtype=bool)
+            for a in factors:
+                if a is not None:
+                    nz = nz & (np.asarray(a) != 0)
+            got = _entries_reached(c, self, nz)
+            if got is None:
+                seen = None
+                break
+            seen |= got
+        out = None if seen is None or seen.all() else seen.astype(float)
+        self._observed_memo = (key, out)
+        return out
+
     # ---- predictions (graph/predictive.py, docs/predict.md) --------------------------------
     def predictive(self, inputs=None, *, samples=2000, seed=0):
         """The posterior predictive E_q[p(x | parents)] of every entry, after a fit: a
@@ -508,8 +614,9 @@ class Stochastic(Node):
     def message_weight(self, parent):
         """Per-entry weight of this node's messages to ``parent``: mask x counts
         (counts are left out when the parent stands for the same copies), x the masks
-        of observed parents."""
-        w = self.mask
+        of observed parents; for a latent node, 0 on the entries that integrate out
+        (:meth:`observed_entries`)."""
+        w = self.mask if self.observed else self.observed_entries()
         pm = self._observed_parent_mask()
         if pm is not None:
             w = pm if w is None else w * pm
@@ -528,7 +635,7 @@ class Stochastic(Node):
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
             if m is not None:
                 return m
-        x = self.child_data()
+        x, _ = self.factor.complete(self.child_data(), u)
         total = None
         for i, p in enumerate(self.factor.parents):
             if p is parent:
@@ -558,7 +665,7 @@ class Stochastic(Node):
         summed over entries with weights mask x counts."""
         u = [p.moments() for p in self.factor.parents]
         x = self.child_data()
-        w = self.mask
+        w = self.mask if self.observed else self.observed_entries()
         pm = self._observed_parent_mask()
         if pm is not None:
             w = pm if w is None else w * pm
@@ -568,6 +675,32 @@ class Stochastic(Node):
         if not self.observed and not self.point:
             total += _weighted_sum(self.entropy(), w, self.plates)
         return total
+
+
+def _entries_reached(child, node, seen):
+    """The entries of ``node`` (a parent of ``child``) that some entry of ``child`` marked
+    in ``seen`` (bool, child's plates) depends on, as a bool array of node's plates; None
+    when that cannot be told entry by entry (then every entry counts as reached)."""
+    cplates = tuple(child.plates)
+    seen = np.broadcast_to(seen, cplates)
+    mixture = getattr(child.factor, "component", None) is not None
+    out = None
+    for i, p in enumerate(child.factor.parents):
+        if p is not node:
+            continue
+        if mixture and i > 0:   # component parameters: every row may belong to component k
+            got = np.full(node.plates, bool(seen.any()))
+        else:
+            plates = tuple(node.plates)
+            if len(plates) > len(cplates):
+                return None
+            pad = (1,) * (len(cplates) - len(plates)) + plates
+            if any(a not in (1, b) for a, b in zip(pad, cplates)):
+                return None
+            axes = tuple(j for j, (a, b) in enumerate(zip(pad, cplates)) if a != b)
+            got = seen.any(axis=axes, keepdims=True).reshape(plates) if axes else seen.reshape(plates)
+        out = got if out is None else out | got
+    return out
 
 
 def _weighted_sum(values, w, plates):

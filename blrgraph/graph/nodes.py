@@ -1,4 +1,4 @@
-"""The public node classes (DESIGN.md): each picks its family and its factor.
+"""The public node classes (docs/api.md): each picks its family and its factor.
 
 Every constructor argument may be a number, an array or a conjugate parent
 node; ``plates=`` replicates the node (numpy broadcasting), ``name=`` names it.
@@ -91,10 +91,18 @@ class MultivariateNormal(_Public):
 
 
 class Gamma(_Public):
-    """Gamma(shape, rate): shape a (fixed), rate b (number or Gamma node); mean a/b."""
+    """Gamma(shape, rate): shape a (number, or a Gamma node: non-conjugate, fit("ncvmp")),
+    rate b (number or Gamma node); mean a/b."""
 
     @classmethod
     def _spec(cls, shape, rate, name=None):
+        if _is_node(shape):
+            from .factors.hyper import GammaShapeFactor
+            if not isinstance(getattr(shape, "provides", None), GammaFamily):
+                raise TypeError(f"Gamma '{name}': a random shape must be a Gamma node (a positive "
+                                f"quantity), got {shape.label()}")
+            return (GammaFamily(), GammaShapeFactor, [shape, rate],
+                    [Slot("shape", GammaFamily()), Slot("rate", GammaFamily(), kind="positive")], {})
         a = _positive_fixed("Gamma", name, shape, "shape")
         return (GammaFamily(), GammaFactor, [rate], [Slot("rate", GammaFamily(), kind="positive")],
                 {"shape": a})
@@ -189,13 +197,48 @@ class Beta(_Public):
 
 
 class Dirichlet(_Public):
-    """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories)."""
-    _spec = _fixed(DirichletFamily())
+    """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories); or
+    Dirichlet(base, concentration=s): concentrations s * base with s a Gamma node
+    (non-conjugate, fit("ncvmp")) and base a fixed positive vector."""
+
+    @classmethod
+    def _spec(cls, alpha, name=None, concentration=None):
+        if concentration is None:
+            return _fixed(DirichletFamily()).__func__(cls, alpha, name=name)
+        from .factors.hyper import DirichletConcentrationFactor
+        if isinstance(alpha, Node):
+            raise TypeError(f"Dirichlet '{name}': with concentration=, the first argument is the "
+                            f"fixed base vector (e.g. np.ones(K)), not the node {alpha.label()}")
+        (base,) = DirichletFamily().validate_params(alpha, where=name)
+        if not _is_node(concentration, GammaFamily):
+            raise TypeError(f"Dirichlet '{name}': concentration= must be a Gamma node (the "
+                            f"random scale of the concentrations), got {concentration!r}")
+        return (DirichletFamily(), DirichletConcentrationFactor, [concentration],
+                [Slot("concentration", GammaFamily())], {"base": base})
 
 
 class Wishart(_Public):
-    """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention)."""
-    _spec = _fixed(WishartFamily())
+    """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention); or
+    Wishart(dof, rate=B) with the inverse scale B = scale^-1 a Wishart node (a conjugate
+    hyperprior, E[Lambda] = dof * E-inverse of B) or an SPD array."""
+
+    @classmethod
+    def _spec(cls, dof, scale=None, name=None, rate=None):
+        if (scale is None) == (rate is None):
+            raise TypeError(f"Wishart '{name}': give Wishart(dof, scale) or Wishart(dof, rate=B) "
+                            f"(B the inverse scale), one of the two")
+        if rate is None:
+            if isinstance(scale, Node):
+                raise TypeError(f"Wishart '{name}': a random scale has no conjugate update; give "
+                                f"the inverse scale as a Wishart node: Wishart(dof, rate=B)")
+            return _fixed(WishartFamily()).__func__(cls, dof, scale, name=name)
+        from .factors.hyper import WishartRateFactor
+        n = _positive_fixed("Wishart", name, dof, "dof")
+        d = np.shape(rate.moments()[0] if isinstance(rate, Node) else rate)[-1]
+        if np.any(n <= d - 1):
+            raise ValueError(f"Wishart '{name}': dof must be > D - 1 = {d - 1}, got {dof!r}")
+        return (WishartFamily(), WishartRateFactor, [rate],
+                [Slot("rate", WishartFamily(), kind="spd")], {"dof": n})
 
 
 class NormalGamma(_Public):

@@ -10,7 +10,7 @@
 Design. A Potential is a factor with no variable of its own. It is a node of the
 graph (so ``Model(lik)`` finds its parents) and counts as *observed* data: it is
 never scheduled, it has no posterior, it contributes E_q[logp] to the ELBO and
-sends each parent the natural-gradient (mu-gradient) message of MATH.md §4.1:
+sends each parent the natural-gradient (mu-gradient) message of docs/math.md §4.1:
 
     g = E_q[grad logp],  H = E_q[hess logp]         (Bonnet / Price)
     message = (g - H m, H / 2)                      (in T-coordinates (x, x x^T))

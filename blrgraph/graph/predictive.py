@@ -17,6 +17,8 @@ from scipy import stats
 from scipy.special import gammaln, logsumexp
 
 from ..families.base import object_array
+from ..families.multivariate_normal import MultivariateNormal as MVNFamily
+from ..families.normal import Normal as NormalFamily
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -56,6 +58,9 @@ class Predictive:
     value_ndim = 0
     exact = True
     discrete = False
+    #: location shift c (None: none): a Gaussian-location predictive keeps its location
+    #: relative to c (docs/dev/numerics.md) and takes values off c before scoring them
+    shift = None
 
     def __init__(self, plates):
         self.plates = tuple(plates)
@@ -67,6 +72,11 @@ class Predictive:
     @property
     def std(self):
         return np.sqrt(self.var)
+
+    @property
+    def centred_mean(self):
+        """The mean relative to ``shift`` (the mean itself without one)."""
+        return self.mean
 
     def pdf(self, values):
         return np.exp(self.logpdf(values))
@@ -114,14 +124,36 @@ class Predictive:
 
 # ---- scalar distributions from scipy ----------------------------------------------------
 class ScipyScalar(Predictive):
-    """A scalar predictive that scipy.stats has (vectorised over the plates)."""
+    """A scalar predictive that scipy.stats has (vectorised over the plates).
 
-    def __init__(self, name, dist, params, plates, discrete=False):
+    ``shift`` c (a location family far from zero, docs/dev/numerics.md): ``params["loc"]``
+    is then the location relative to c; ``logpdf`` scores values - c, ``mean`` and
+    ``sample`` add c back, and ``params`` / ``to_scipy()`` give the location in the data's
+    coordinates (c + loc, rounded to the digits a double holds there)."""
+
+    def __init__(self, name, dist, params, plates, discrete=False, shift=None):
         super().__init__(plates)
         self.name = name
         self._dist = dist
-        self.params = {k: _bcast(v, self.plates) for k, v in params.items()}
+        self._params = {k: _bcast(v, self.plates) for k, v in params.items()}
+        self.shift = None if shift is None else _bcast(shift, self.plates)
         self.discrete = discrete
+
+    @property
+    def params(self):
+        """The parameters in the data's coordinates."""
+        if self.shift is None:
+            return self._params
+        return dict(self._params, loc=self._params["loc"] + self.shift)
+
+    def _centred(self):
+        return self._dist(**self._params)
+
+    def _plus_c(self, x):
+        return x if self.shift is None else x + self.shift
+
+    def _minus_c(self, x):
+        return x if self.shift is None else np.asarray(x, dtype=float) - self.shift
 
     def to_scipy(self):
         """One frozen scipy distribution whose parameters are arrays over the plates."""
@@ -129,38 +161,51 @@ class ScipyScalar(Predictive):
 
     @property
     def mean(self):
-        return np.asarray(self.to_scipy().mean(), dtype=float)
+        return self._plus_c(np.asarray(self._centred().mean(), dtype=float))
 
     @property
     def var(self):
-        return np.asarray(self.to_scipy().var(), dtype=float)
+        return np.asarray(self._centred().var(), dtype=float)
+
+    @property
+    def centred_mean(self):
+        return np.asarray(self._centred().mean(), dtype=float)
 
     def logpdf(self, values):
-        d = self.to_scipy()
-        return d.logpmf(values) if self.discrete else d.logpdf(values)
+        d = self._centred()
+        v = self._minus_c(values)
+        return d.logpmf(v) if self.discrete else d.logpdf(v)
+
+    def interval(self, level=0.95, samples=20000, seed=0):
+        lo, hi = self._centred().interval(level)
+        return self._plus_c(lo), self._plus_c(hi)
 
     def sample(self, size=None, seed=None):
-        return self.to_scipy().rvs(size=_size(size) + self.plates, random_state=_rng(seed))
+        return self._plus_c(self._centred().rvs(size=_size(size) + self.plates,
+                                                 random_state=_rng(seed)))
 
     def _take(self, idx):
-        sub = {k: v[idx] for k, v in self.params.items()}
+        sub = {k: v[idx] for k, v in self._params.items()}
         plates = next(iter(sub.values())).shape
-        return ScipyScalar(self.name, self._dist, sub, plates, self.discrete)
+        return ScipyScalar(self.name, self._dist, sub, plates, self.discrete,
+                           None if self.shift is None else self.shift[idx])
 
     def _broadcast(self, plates):
-        return ScipyScalar(self.name, self._dist, self.params, plates, self.discrete)
+        return ScipyScalar(self.name, self._dist, self._params, plates, self.discrete, self.shift)
 
 
-def normal(mean, var, plates):
+def normal(mean, var, plates, shift=None):
+    """Normal(mean, var); with ``shift`` c the location is c + mean."""
     return ScipyScalar("Normal", lambda loc, var: stats.norm(loc=loc, scale=np.sqrt(var)),
-                       {"loc": mean, "var": var}, plates)
+                       {"loc": mean, "var": var}, plates, shift=shift)
 
 
-def student_t(df, loc, scale2, plates):
-    """Student-t with ``df`` degrees of freedom, location ``loc`` and squared scale ``scale2``."""
+def student_t(df, loc, scale2, plates, shift=None):
+    """Student-t with ``df`` degrees of freedom, location ``loc`` (c + loc with ``shift`` c)
+    and squared scale ``scale2``."""
     return ScipyScalar("Student-t", lambda df, loc, scale2: stats.t(df=df, loc=loc,
                                                                      scale=np.sqrt(scale2)),
-                       {"df": df, "loc": loc, "scale2": scale2}, plates)
+                       {"df": df, "loc": loc, "scale2": scale2}, plates, shift=shift)
 
 
 def beta_binomial(n, a, b, plates):
@@ -301,23 +346,40 @@ class MultivariateT(Predictive):
     ``free`` (plates + (D,), bool; default all True) marks the coordinates that are
     random: after :meth:`condition` the observed coordinates are fixed at their
     values, ``logpdf`` scores the free coordinates only and ``cov`` is zero on the
-    fixed ones."""
+    fixed ones.
+
+    ``shift`` c (D,) (docs/dev/numerics.md): ``loc`` is then given relative to c and kept
+    so (``cloc``); values are taken off c before they are scored or conditioned on, and
+    ``loc``, ``mean`` and samples are in the data's coordinates."""
 
     value_ndim = 1
 
-    def __init__(self, df, loc, shape, plates, free=None):
+    def __init__(self, df, loc, shape, plates, free=None, shift=None):
         super().__init__(plates)
         self.df = _bcast(df, self.plates)
-        self.loc = _bcast(loc, self.plates, 1)
+        self.cloc = _bcast(loc, self.plates, 1)
         self.shape = _bcast(shape, self.plates, 2)
-        D = self.loc.shape[-1]
+        D = self.cloc.shape[-1]
+        self.shift = None if shift is None else _bcast(shift, self.plates + (D,))
         self.free = np.ones(self.plates + (D,), bool) if free is None else \
             np.broadcast_to(np.asarray(free, bool), self.plates + (D,))
         self.name = "multivariate normal" if np.all(np.isinf(self.df)) else "multivariate t"
 
     @property
+    def loc(self):
+        """The location in the data's coordinates."""
+        return self.cloc if self.shift is None else self.cloc + self.shift
+
+    def _minus_c(self, x):
+        return x if self.shift is None else x - self.shift
+
+    @property
     def mean(self):
         return np.where(self.df[..., None] > 1, self.loc, np.nan)
+
+    @property
+    def centred_mean(self):
+        return np.where(self.df[..., None] > 1, self.cloc, np.nan)
 
     @property
     def cov(self):
@@ -341,10 +403,10 @@ class MultivariateT(Predictive):
     def logpdf(self, values):
         x = np.asarray(values, dtype=float)
         plates = np.broadcast_shapes(x.shape[:-1], self.plates)
-        D = self.loc.shape[-1]
+        D = self.cloc.shape[-1]
         me = self.broadcast(plates)
-        xf = np.broadcast_to(x, plates + (D,)).reshape(-1, D)
-        loc, S = me.loc.reshape(-1, D), me.shape.reshape(-1, D, D)
+        xf = np.broadcast_to(me._minus_c(x), plates + (D,)).reshape(-1, D)
+        loc, S = me.cloc.reshape(-1, D), me.shape.reshape(-1, D, D)
         df = me.df.reshape(-1)
         out = np.zeros(xf.shape[0])
         pats, inv = me._patterns()
@@ -358,8 +420,8 @@ class MultivariateT(Predictive):
         return out.reshape(plates)
 
     def _broadcast(self, plates):
-        return MultivariateT(np.broadcast_to(self.df, plates), self.loc, self.shape, plates,
-                             np.broadcast_to(self.free, plates + self.free.shape[-1:]))
+        return MultivariateT(np.broadcast_to(self.df, plates), self.cloc, self.shape, plates,
+                             np.broadcast_to(self.free, plates + self.free.shape[-1:]), self.shift)
 
     def condition(self, values):
         """Condition each entry on the finite coordinates of ``values`` (plates + (D,),
@@ -368,11 +430,12 @@ class MultivariateT(Predictive):
         freedom (d_o observed coordinates) and its shape is scaled by (df + delta)/(df + d_o);
         with df = inf it is the Gaussian conditional."""
         x = np.asarray(values, dtype=float)
-        D = self.loc.shape[-1]
+        D = self.cloc.shape[-1]
         plates = np.broadcast_shapes(x.shape[:-1], self.plates)
-        xb = np.broadcast_to(x, plates + (D,)).reshape(-1, D)
+        sh = None if self.shift is None else np.broadcast_to(self.shift, plates + (D,))
+        xb = np.broadcast_to(x if sh is None else x - sh, plates + (D,)).reshape(-1, D)
         obs = np.isfinite(xb)
-        loc = np.array(np.broadcast_to(self.loc, plates + (D,)).reshape(-1, D))
+        loc = np.array(np.broadcast_to(self.cloc, plates + (D,)).reshape(-1, D))
         S = np.array(np.broadcast_to(self.shape, plates + (D, D)).reshape(-1, D, D))
         df = np.array(np.broadcast_to(self.df, plates).reshape(-1))
         ll = np.zeros(len(xb))
@@ -404,20 +467,21 @@ class MultivariateT(Predictive):
             loc[rows], S[rows] = Lr, Sr
         free = ~obs & np.broadcast_to(self.free, plates + (D,)).reshape(-1, D)
         cond = MultivariateT(new_df.reshape(plates), loc.reshape(plates + (D,)),
-                             S.reshape(plates + (D, D)), plates, free.reshape(plates + (D,)))
+                             S.reshape(plates + (D, D)), plates, free.reshape(plates + (D,)), sh)
         return ll.reshape(plates), cond
 
     def sample(self, size=None, seed=None):
         rng = _rng(seed)
         shape = _size(size) + self.plates
-        D = self.loc.shape[-1]
+        D = self.cloc.shape[-1]
         w, V = np.linalg.eigh(self.shape)
         root = V * np.sqrt(np.clip(w, 0.0, None))[..., None, :]
         z = np.einsum("...ij,...j->...i", root, rng.standard_normal(shape + (D,)))
         df = np.broadcast_to(self.df, shape)
         g = np.where(np.isinf(df), 1.0, rng.chisquare(np.where(np.isinf(df), 1.0, df)) /
                      np.where(np.isinf(df), 1.0, df))
-        return self.loc + z / np.sqrt(g)[..., None]
+        return self.loc + z / np.sqrt(g)[..., None] if self.shift is None else \
+            (self.cloc + z / np.sqrt(g)[..., None]) + self.shift
 
     def to_scipy(self):
         def make(i):
@@ -431,7 +495,8 @@ class MultivariateT(Predictive):
 
     def _take(self, idx):
         df = self.df[idx]
-        return MultivariateT(df, self.loc[idx], self.shape[idx], df.shape, self.free[idx])
+        return MultivariateT(df, self.cloc[idx], self.shape[idx], df.shape, self.free[idx],
+                             None if self.shift is None else self.shift[idx])
 
 
 def _mvt_logpdf(x, loc, S, df):
@@ -449,6 +514,18 @@ def _mvt_logpdf(x, loc, S, df):
 
 
 # ---- exact family and Monte Carlo ------------------------------------------------------
+def _plate_shift(family, plates):
+    """A family's location shift broadcast to plates + the value's shape (None without one,
+    or when it does not line up with ``plates``)."""
+    c = getattr(family, "shift", None)
+    if c is None or not isinstance(family.value_ndim, int):
+        return None
+    try:
+        return _bcast(c, plates, family.value_ndim) if family.value_ndim else _bcast(c, plates)
+    except ValueError:
+        return None
+
+
 class FamilyPredictive(Predictive):
     """The conditional itself (every parent fixed): the node's family at ``nat``."""
 
@@ -458,8 +535,14 @@ class FamilyPredictive(Predictive):
         self.value_ndim = family.value_ndim
         self.nat = tuple(_bcast(a, self.plates, k) for a, k in zip(nat, family.event_ndims))
         self.name = family.name
-        self.discrete = family.name in ("Bernoulli", "Binomial", "Poisson", "Categorical",
-                                        "Multinomial")
+        self.discrete = family.discrete
+        self.shift = _plate_shift(family, self.plates)
+
+    @property
+    def centred_mean(self):
+        if getattr(self.family, "shift", None) is None:
+            return self.family.mean(self.nat)
+        return self.family.with_shift(None).mean(self.nat)
 
     @property
     def mean(self):
@@ -513,10 +596,22 @@ class MonteCarloPredictive(Predictive):
                          for a, k in zip(nat_draws, family.event_ndims))
         self._draw_nat = draw_nat
         self._mean, self._var = mean, var
+        self.shift = _plate_shift(family, self.plates)
+        # the draws' means relative to the family's shift (their spread keeps its digits)
+        self._cfam = family if getattr(family, "shift", None) is None else family.with_shift(None)
 
     @property
     def probs(self):
         return self.mean
+
+    @property
+    def centred_mean(self):
+        if self._mean is not None and self._cfam is self.family:
+            return self._mean
+        m = np.mean(self._cfam.mean(self.nat), axis=0)
+        if self.shift is None and self._cfam is not self.family:
+            m = m + self.family.shift     # (a shift that does not line up with the plates)
+        return m
 
     @property
     def n_draws(self):
@@ -526,18 +621,19 @@ class MonteCarloPredictive(Predictive):
     def mean(self):
         if self._mean is not None:
             return self._mean
-        return np.mean(self.family.mean(self.nat), axis=0)
+        m = np.mean(self._cfam.mean(self.nat), axis=0)
+        return m if self._cfam is self.family else m + self.family.shift
 
     @property
     def var(self):
         if self._var is not None:
             return self._var
-        m = self.family.mean(self.nat)
+        m = self._cfam.mean(self.nat)
         return np.mean(self.family.var(self.nat), axis=0) + np.var(m, axis=0)
 
     @property
     def cov(self):
-        m = self.family.mean(self.nat)
+        m = self._cfam.mean(self.nat)
         c = self.family.cov(self.nat)
         mm = np.mean(m, axis=0)
         d = m - mm
@@ -597,10 +693,28 @@ class MixturePredictive(Predictive):
     def _mean_ndim(self):
         return 1 if self.components.name.startswith("Categorical") else self.value_ndim
 
+    def _common_shift(self):
+        """The components' location shift when it is one c for all K (the location group of
+        a mixture's components shares c, docs/dev/numerics.md), else None."""
+        c = getattr(self.components, "shift", None)
+        if c is None or self._mean_ndim != self.value_ndim:
+            return None
+        ax = c.ndim - self.value_ndim - 1
+        first = np.take(c, [0], axis=ax)
+        return np.squeeze(first, axis=ax) if np.all(c == first) else None
+
+    def _means(self):
+        """(component means, mixture mean, shift): relative to the common shift when there
+        is one, so that spreads of data far from zero keep their digits."""
+        k = self._mean_ndim
+        c = self._common_shift()
+        cm = self.components.centred_mean if c is not None else self.components.mean
+        return cm, np.sum(self._w(cm, k), axis=-(k + 1)), c
+
     @property
     def mean(self):
-        k = self._mean_ndim
-        return np.sum(self._w(self.components.mean, k), axis=-(k + 1))
+        _, m, c = self._means()
+        return m if c is None else m + c
 
     @property
     def probs(self):
@@ -608,21 +722,22 @@ class MixturePredictive(Predictive):
 
     @property
     def var(self):
-        m = self.mean
         if self._mean_ndim != self.value_ndim:   # labels: p (1 - p) of the mixed p
+            m = self.mean
             return m * (1.0 - m)
         if self.value_ndim:
             return np.diagonal(self.cov, axis1=-2, axis2=-1).copy()
-        c = self.components
-        return np.sum(self.weights * (c.var + c.mean ** 2), axis=-1) - m ** 2
+        cm, m, _ = self._means()
+        d = cm - m[..., None]
+        return np.sum(self.weights * (self.components.var + d * d), axis=-1)
 
     @property
     def cov(self):
         c = self.components
-        cm = c.mean
-        second = c.cov + cm[..., :, None] * cm[..., None, :]
-        m = self.mean
-        out = np.sum(self._w(second, 2), axis=-3) - m[..., :, None] * m[..., None, :]
+        cm, m, _ = self._means()
+        d = cm - m[..., None, :]
+        second = c.cov + d[..., :, None] * d[..., None, :]
+        out = np.sum(self._w(second, 2), axis=-3)
         free = getattr(c, "free", None)
         if free is not None:      # coordinates fixed by conditioning in every component
             f = np.any(free, axis=-2)
@@ -710,12 +825,36 @@ class ParentDist:
         return self.family.params_from_natural(self.nat)
 
     @property
+    def shift(self):
+        """The location shift c of a Gaussian parent's coordinates (None: none)."""
+        return _shift_of(self) if self.kind != "derived" else None
+
+    @property
+    def centred_params(self):
+        """``params`` with the location relative to ``shift`` (all its digits kept)."""
+        if self.shift is None:
+            return self.params
+        return self.family.with_shift(None).params_from_natural(self.nat)
+
+    @property
+    def centred_mean(self):
+        """``mean`` relative to ``shift``: a Gaussian location far from zero keeps the digits
+        of its distance from c (docs/dev/numerics.md)."""
+        if self.shift is None:
+            return self.mean
+        if self.kind == "q":
+            return self.family.with_shift(None).mean(self.nat)
+        if self.nat is not None:     # a point mass: its centred mode
+            return self.family.with_shift(None).point_value(self.nat)
+        return np.asarray(self.value, dtype=float) - self.shift
+
+    @property
     def gaussian(self):
         """True when the parent's marginal is Gaussian (or a point): mean/var exact."""
         if self.kind == "fixed":
             return True
         if self.kind == "q":
-            return self.family.name in ("Normal", "MultivariateNormal")
+            return isinstance(self.family, (NormalFamily, MVNFamily))
         return self._mean is not None
 
     @property
@@ -810,7 +949,7 @@ def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
     """The Monte Carlo predictive of ``factor`` (the default of every factor): S draws of
     the parents from q, each turned into the child's natural parameters eta(theta_s)
     (``prior_natural`` at the moments T(theta_s) of a point is eta(theta_s))."""
-    fam = factor.node.family
+    fam = predictive_family(factor, q)
     n = len(plates)
 
     def draw_nat(S, rng):
@@ -824,25 +963,54 @@ def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
                 a = np.asarray(a, dtype=float)
                 return a.reshape((S,) + (1,) * extra + a.shape[1:]) if extra > 0 else a
             val = tuple(pad(a) for a in v) if isinstance(v, tuple) else pad(v)
-            u.append(slot_stats(factor, i, val))
+            u.append(slot_stats(factor, i, val, pd))
         return factor.draw_natural(u)
 
     nat = draw_nat(ctx.samples, ctx.rng)
     return MonteCarloPredictive(fam, nat, plates, draw_nat, mean, var)
 
 
-def slot_stats(factor, i, value):
-    """T(value) in slot i's family (a Categorical slot needs its K)."""
+def _shift_of(pd):
+    """The location shift of parent ``pd``'s coordinates (None: none; docs/dev/numerics.md)."""
+    fam = getattr(pd, "family", None)
+    return getattr(fam, "shift", None) if getattr(fam, "locational", False) else None
+
+
+def slot_stats(factor, i, value, pd=None):
+    """T(value) in slot i's family (a Categorical slot needs its K). ``value`` is in the
+    data's coordinates; a Gaussian parent ``pd`` with a location shift c gives T(value - c),
+    the statistics of the centred variable its location group works with."""
     slot = factor.slots[i].family
     if slot.is_label:
         return slot.suff_stats(np.asarray(value).astype(int), K=factor.n_categories())
+    c = _shift_of(pd) if getattr(slot, "locational", False) else None
+    if c is not None:
+        fam = slot.with_shift(c)
+        return fam.suff_stats(fam.centre(value))
     return slot.suff_stats(value)
+
+
+def predictive_family(factor, q):
+    """The child's family in the coordinates of the natural parameters that
+    ``factor.draw_natural`` / ``prior_natural`` give from :func:`slot_stats`: those of its
+    Gaussian location parents (shift c, shaped like their plates; a mixture component's
+    parameters carry the K axis), so that logpdf, mean and samples come out in the data's
+    coordinates."""
+    fam = factor.node.family
+    if not getattr(fam, "locational", False):
+        return fam
+    for i, pd in enumerate(q):
+        if getattr(factor.slots[i].family, "locational", False):
+            c = _shift_of(pd)
+            if c is not None:
+                return fam.with_shift(c)
+    return fam.with_shift(None)
 
 
 def fixed_predictive(factor, q, plates):
     """Every parent fixed: the conditional itself, the node's family at eta(parents)."""
-    u = [slot_stats(factor, i, pd.value) for i, pd in enumerate(q)]
-    return FamilyPredictive(factor.node.family, factor.prior_natural(u), plates)
+    u = [slot_stats(factor, i, pd.value, pd) for i, pd in enumerate(q)]
+    return FamilyPredictive(predictive_family(factor, q), factor.prior_natural(u), plates)
 
 
 # ---------------------------------------------------------------------------------------
@@ -874,7 +1042,8 @@ def parent_dist(p, dots=None):
                              f"memory")
         return ParentDist(p, "fixed", p.plates, family=p.family, value=p.value, mask=p.mask)
     if getattr(p, "point", False):
-        return ParentDist(p, "fixed", p.plates, family=p.family, value=p.family.point_value(p.nat))
+        return ParentDist(p, "fixed", p.plates, family=p.family, value=p.family.point_value(p.nat),
+                          nat=tuple(np.asarray(a) for a in p.nat))
     if not getattr(p, "fitted", False):
         why = getattr(p, "unfitted_reason", None)
         raise AttributeError(f"{p.label()} has no posterior{': ' + why if why else ' yet'}; fit the "

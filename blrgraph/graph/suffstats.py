@@ -1,4 +1,4 @@
-"""Observed data as one matrix of sufficient statistics (MATH.md §3.1, §3.3).
+"""Observed data as one matrix of sufficient statistics (docs/math.md §3.1, §3.3).
 
 For a conjugate factor and observed x, everything a factor needs of the data is
 linear in T(x):

@@ -205,16 +205,12 @@ def _check_meta(path, meta):
             raise _invalid(path, f"'{key}' must be an object or null")
 
 
-#: families whose natural parameters may take any real value (logits, log-rates)
-_UNCONSTRAINED = ("Bernoulli", "Binomial", "Categorical", "Multinomial", "Poisson")
-
-
 def _check_space(path, node, nat):
     """The natural parameters must describe a distribution of the node's family: the
     family's own checks on the parameters they give (a Dirichlet alpha > 0, an SPD
     Wishart scale with dof > D - 1, ...)."""
     fam = node.family
-    if type(fam).__name__ in _UNCONSTRAINED:
+    if fam.natural_unconstrained:
         return
     try:
         with np.errstate(all="ignore"):

@@ -1,6 +1,6 @@
-"""The ELBO, assembled per node (MATH.md §3.1):
+"""The ELBO, assembled per node (docs/math.md §3.1):
 sum over factors of E_q[log f] plus the entropies of the non-point latent nodes.
-With point masses (EM) it is the lower bound on log p(data, points) of MATH.md §5."""
+With point masses (EM) it is the lower bound on log p(data, points) of docs/math.md §5."""
 from __future__ import annotations
 
 import math

@@ -141,6 +141,8 @@ def _start(model, plan, opts, rng):
         n.point = False  # a point mass publishes its prior expectations until first updated
         n.set_natural(n.prior_natural())
         n.fitted = False
+    for n in model.nodes:
+        n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
 
 
 def _fit_once(model, method, opts, seed):

@@ -1,6 +1,6 @@
 """The local block: the nodes along the data axis, fitted to the global nodes.
 
-Batch VB (docs/algorithms.md, "Schedules"): each sweep the local nodes start again
+Batch VB (docs/scheduler.md, "The local block"): each sweep the local nodes start again
 from their priors (given the current globals) and are swept until every entry has
 converged, then the global nodes take their step. Mixture assignments are updated
 first (after a restart they hold only their prior), the other local nodes after them,

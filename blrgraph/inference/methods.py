@@ -1,4 +1,4 @@
-"""The algorithms as settings of one BLR step (docs/algorithms.md, the method table).
+"""The algorithms as settings of one BLR step (docs/scheduler.md, "Methods as settings").
 
 A :class:`Method` is the whole policy of a fit: the step size of every node (constant,
 damped with backtracking, Robbins-Monro), which nodes are point masses (none, the

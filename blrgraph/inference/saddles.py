@@ -2,7 +2,7 @@
 same distribution. Coordinate ascent cannot leave such a point by itself (the
 gradient separating the two is zero), so a fit that stops there has not found an
 optimum. The scheduler splits the responsibilities of the tied components at random
-and goes on (docs/algorithms.md, "Saddle points")."""
+and goes on (docs/scheduler.md, "Saddle points")."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
 """Where a fit starts: every latent q at its prior, mixture assignments at a start
-that breaks the symmetry between components (docs/algorithms.md, "Starts").
+that breaks the symmetry between components (docs/scheduler.md, "Starts").
 
 * ``"kmeans"`` (the default for mixtures over data): k-means++ seeds, then Lloyd's
   iterations to convergence, on the data the assignments explain (the first
@@ -139,7 +139,8 @@ def _child_features(z, y):
     X = np.transpose(t1, entry + feat + list(range(len(Py), t1.ndim))).reshape(n, -1)
     M = np.transpose(mask, entry + feat).reshape(n, -1)
     M = np.repeat(M, X.shape[1] // M.shape[1], axis=1) if ev else M
-    return X, M
+    fin = np.isfinite(X)   # missing coordinates of partly observed vectors (NaN): missing cells
+    return np.where(fin, X, 0.0), M * fin
 
 
 def kmeans_responsibilities(model, z, K, rng, lloyd=True):

@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-import math
+from .tolerance import elbo_rounding
 
 
 def nonconjugate_child(model, node):
@@ -35,12 +35,6 @@ def initial_rhos(model, method):
 def robbins_monro(t, tau, kappa):
     """rho_t = (t + tau)^-kappa, t = 1, 2, ..."""
     return (t + tau) ** (-kappa)
-
-
-def elbo_rounding(model, value):
-    """The rounding error of an ELBO ``value`` summed from many terms: a decrease
-    smaller than this is not a decrease."""
-    return 1e-9 * abs(value) if math.isfinite(value) else 0.0
 
 
 class Backtracking:
@@ -99,7 +93,7 @@ class Backtracking:
         """True to keep the sweep; False after undoing it (rho halved)."""
         if not self.active:
             return True
-        if self.monotone and prev is not None and L < prev - elbo_rounding(self.model, prev):
+        if self.monotone and prev is not None and L < prev - elbo_rounding(self.model, prev, L):
             if not self._restore_and_halve():
                 raise FloatingPointError(
                     f"non-conjugate VMP cannot raise the ELBO at iteration {it} even with rho "

@@ -144,4 +144,5 @@ class Structure:
 
 def _is_assignment(model, n):
     """Is ``n`` the selector of a mixture child?"""
-    return any(c.factor.selector() is n for c in model.children[n] if c.stochastic)
+    return any((c.factor.selector() if c.stochastic else c.selector()) is n
+               for c in model.children[n])

@@ -56,8 +56,14 @@ class DataView:
         """The ELBO of these rows (restricted rows' terms scaled to stand for all rows)."""
         if self.scale == 1.0:
             return elbo(self.model)
-        return sum(self.scale * n.elbo_term() if n in self.restricted else n.elbo_term()
-                   for n in self.model.stochastic)
+        total = sum(self.scale * n.elbo_term() if n in self.restricted else n.elbo_term()
+                    for n in self.model.stochastic)
+        if not np.isfinite(total):
+            bad = [n.label() for n in self.model.stochastic if not np.isfinite(n.elbo_term())]
+            raise FloatingPointError(f"the minibatch ELBO is {total}: the terms of "
+                                     f"{', '.join(bad)} are not finite; check the data scale "
+                                     f"and the priors, or lower kappa's first steps (tau=)")
+        return total
 
 
 class WholeData(DataView):

@@ -1,6 +1,6 @@
 """The conditional-factor interface: p(x | parents) in terms of parents' moments.
 
-A factor answers four questions (MATH.md §3.1), all vectorised over plates:
+A factor answers four questions (docs/math.md §3.1), all vectorised over plates:
 
 * ``prior_natural(u)``         E[eta(parents)]: the message to the child, and the
                                child's lam0 contribution;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...families.base import inner
-from ..node import Constant, Node, _weighted_sum
+from ..node import ChildData, Constant, Node, _weighted_sum
 from ..plates import broadcast_plates
 
 
@@ -40,6 +40,10 @@ class Conditional:
     """Base class of conditional factors."""
 
     conjugate = True  # non-conjugate factors (NCVMP) set this False
+    #: entries of the node are independent given its parents, so an entry without observed
+    #: descendants integrates out on its own (Stochastic.observed_entries); False for a
+    #: factor that couples its entries (a Gaussian Markov chain's time steps)
+    independent_entries = True
     elbo_is_estimate = False  # True when E[log f] is a Monte Carlo estimate (Potential)
     #: attributes holding work arrays kept during a fit, dropped by :meth:`release`
     caches = ()
@@ -125,8 +129,21 @@ class Conditional:
             - self.expected_log_partition(u) + self.log_base_measure(x)
 
     def weighted_loglik(self, x, u, w):
-        """sum_n w_n E[log p(x_n | parents)] (the ELBO term; w = mask x counts or None)."""
-        return _weighted_sum(self.expected_loglik(x, u), w, x.plates)
+        """sum_n w_n E[log p(x_n | parents)] (the ELBO term; w = mask x counts or None);
+        for partly observed vectors, plus the entropy of their missing coordinates."""
+        x, H = self.complete(x, u)
+        ll = self.expected_loglik(x, u)
+        return _weighted_sum(ll if H is None else ll + H, w, x.plates)
+
+    def complete(self, x, u):
+        """(x, H): partly observed data (``x.cells``) with their missing coordinates as
+        latent variables at their optimum given the parents' moments u (the family's
+        ``complete_cells``; Ghahramani & Jordan 1994), as expected statistics, and the
+        entropy H of those coordinates per entry; (x, None) for whole data."""
+        if getattr(x, "cells", None) is None:
+            return x, None
+        Ex, Exx, H = self.node.family.complete_cells(x.value, x.cells, self.prior_natural(u))
+        return ChildData(None, (Ex, Exx), Ex.shape[:-1], x.value_ndim), H
 
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")

@@ -1,4 +1,4 @@
-"""Factors with a Beta parent p: Bernoulli and Binomial children (MATH.md §3.2).
+"""Factors with a Beta parent p: Bernoulli and Binomial children (docs/math.md §3.2).
 The parent's moments are (E[log p], E[log(1-p)])."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Factors with a Dirichlet parent p: Categorical and Multinomial children
-(MATH.md §3.2). The parent's moments are (E[log p],) on the last axis.
+(docs/math.md §3.2). The parent's moments are (E[log p],) on the last axis.
 
 Observed labels are never one-hot encoded: E[log p][label] is a gather and
 the message to p a bincount, so memory is O(entries x K), not O(entries x V).

@@ -1,4 +1,4 @@
-"""Gaussian factors: Normal and MultivariateNormal children (MATH.md §3.2).
+"""Gaussian factors: Normal and MultivariateNormal children (docs/math.md §3.2).
 
 Parents are either mean-field (a Normal/MVN mean and a Gamma/Wishart precision)
 or one joint Normal-Gamma / Normal-Wishart node.
@@ -31,11 +31,16 @@ class NormalFactor(Conditional):
         return 0.5 * t * m2 - 0.5 * lt + 0.5 * LOG2PI
 
     def message(self, i, x, u, w, target):
-        (m1, m2), (_, t) = u
-        x1, x2 = x.moments
+        t = u[1][1]   # the message to the mean does not read the mean's moments (u is lazy:
+        x1, x2 = x.moments  # a Dot(W, x) mean is not recomputed for it)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
+            if w is None and tuple(target) == tuple(x.plates):
+                # nothing to sum: the precision at its own (broadcastable) shape, so a
+                # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
+                return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
+        m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
 
@@ -47,10 +52,11 @@ class NormalFactor(Conditional):
         from ..predictive import monte_carlo, normal, student_t
         mean, prec = q
         if mean.gaussian and prec.fixed:
-            return normal(mean.mean, mean.var + 1.0 / np.asarray(prec.value, dtype=float), plates)
+            return normal(mean.centred_mean, mean.var + 1.0 / np.asarray(prec.value, dtype=float),
+                          plates, shift=mean.shift)
         if mean.fixed and prec.kind == "q":
             a, b = _gamma_ab(prec)
-            return student_t(2.0 * a, mean.mean, b / a, plates)
+            return student_t(2.0 * a, mean.centred_mean, b / a, plates, shift=mean.shift)
         if mean.gaussian and prec.kind == "q":
             a, b = _gamma_ab(prec)
             with np.errstate(divide="ignore"):
@@ -83,9 +89,9 @@ class NormalGammaFactor(Conditional):
         from ..predictive import student_t
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
-        p = q[0].params
+        p = q[0].centred_params       # location relative to q's shift (docs/dev/numerics.md)
         m, k, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
-        return student_t(2.0 * a, m, b * (k + 1.0) / (a * k), plates)
+        return student_t(2.0 * a, m, b * (k + 1.0) / (a * k), plates, shift=q[0].shift)
 
 
 def _quad(x, L):
@@ -178,13 +184,15 @@ class MultivariateNormalFactor(Conditional):
         from ..predictive import MultivariateT
         mean, prec = q
         if mean.gaussian and prec.fixed:
-            return MultivariateT(np.inf, mean.mean, mean.cov + np.linalg.inv(prec.value), plates)
+            return MultivariateT(np.inf, mean.centred_mean, mean.cov + np.linalg.inv(prec.value),
+                                 plates, shift=mean.shift)
         if mean.fixed and prec.kind == "q":
             p = prec.params
             nu, W = p["dof"], p["scale"]
             D = W.shape[-1]
             df = nu - D + 1.0
-            return MultivariateT(df, mean.mean, np.linalg.inv(W) / df[..., None, None], plates)
+            return MultivariateT(df, mean.centred_mean, np.linalg.inv(W) / df[..., None, None],
+                                 plates, shift=mean.shift)
         return super().predictive(q, plates, ctx)
 
 
@@ -219,12 +227,12 @@ class NormalWishartFactor(Conditional):
         from ..predictive import MultivariateT
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
-        p = q[0].params
+        p = q[0].centred_params       # location relative to q's shift (docs/dev/numerics.md)
         m, beta, nu, W = p["mean"], p["beta"], p["dof"], p["scale"]
         D = m.shape[-1]
         df = nu - D + 1.0
         shape = np.linalg.inv(W) * ((1.0 + beta) / (beta * df))[..., None, None]
-        return MultivariateT(df, m, shape, plates)
+        return MultivariateT(df, m, shape, plates, shift=q[0].shift)
 
 
 class DiagonalGammaFactor(Conditional):
@@ -263,7 +271,8 @@ class DiagonalGammaFactor(Conditional):
             D = np.shape(mean.mean)[-1]
             t = np.asarray(prec.value, dtype=float)
             t = np.broadcast_to(t, t.shape[:-1] + (D,)) if t.ndim else np.full(D, float(t))
-            return MultivariateT(np.inf, mean.mean, mean.cov + np.eye(D) / t[..., None, :], plates)
+            return MultivariateT(np.inf, mean.centred_mean, mean.cov + np.eye(D) / t[..., None, :],
+                                 plates, shift=mean.shift)
         return super().predictive(q, plates, ctx)
 
     def prior_natural(self, u):

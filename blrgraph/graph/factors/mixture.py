@@ -1,5 +1,5 @@
 """The mixture (gate) factor: p(x | z, theta) = prod_k p(x | theta_k)^{z_k}
-(MATH.md §3.3). Components live on the last plate axis of the component
+(docs/math.md §3.3). Components live on the last plate axis of the component
 parameters; any conjugate factor can be the component.
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ class MixtureFactor(Conditional):
         axes split into leading *row* axes, along which z varies and the parameters do
         not, and trailing *column* axes, along which z is constant (a multi-column mixture:
         z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape)."""
-        if x.value is None or not self.component.conjugate or \
+        if x.value is None or x.cells is not None or not self.component.conjugate or \
                 any(f != 1 for f in self.component.fixed_plates()):
             return None   # (fixed arrays such as Binomial n per component enter log h(x))
         xp = tuple(x.plates)
@@ -182,10 +182,17 @@ class MixtureFactor(Conditional):
             ll = fs.Phi @ self._coef(fs, (), ucomp)[0].T
             ll = ll.reshape(tuple(x.plates) + (self.K,))
         else:
-            xe = x.expand(self.node.family.event_ndims)
+            xe, H = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
             ll = self.component.expected_loglik(xe, ucomp)
+            if H is not None:   # partly observed vectors: + entropy of the missing coordinates
+                ll = ll + H
         self._ll_cache = (refs, ll)
         return ll
+
+    def complete(self, x, u):
+        """Partly observed vectors are completed per component (in the component's
+        methods, with that component's parameters), not here."""
+        return x, None
 
     def prior_natural(self, u):
         r, ucomp = self._split(u)
@@ -233,7 +240,7 @@ class MixtureFactor(Conditional):
             pseudo = ChildData(None, means, tuple(cols) + (self.K,), self.node.family.value_ndim)
             return self.component.message(i - 1, pseudo, ucomp, tot, target)
         wr = r if w is None else np.asarray(w)[..., None] * r
-        xe = x.expand(self.node.family.event_ndims)
+        xe, _ = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
         return self.component.message(i - 1, xe, ucomp, wr, target)
 
     def message_terms(self, i, x, u, w, target):

@@ -1,4 +1,4 @@
-"""Non-conjugate likelihoods on a Gaussian linear predictor (NCVMP; MATH.md §4).
+"""Non-conjugate likelihoods on a Gaussian linear predictor (NCVMP; docs/math.md §4).
 
 ``Bernoulli(logits=a)``, ``Poisson(log_rate=a)`` and ``Categorical(logits=a)``
 where ``a`` publishes Normal moments (E[a], E[a^2]) per entry: ``bg.Dot(X, w)``
@@ -15,7 +15,7 @@ moments; under mean field the K logits of a Categorical are independent):
     dS/dm   = y - E[A'(a)],   dS/dv = -1/2 E[A''(a)]    (Bonnet / Price)
 
 and the message to the parent in its T-coordinates (a, a^2) is the mu-gradient
-(MATH.md §4.1)
+(docs/math.md §4.1)
 
     (dS/dm - 2 m dS/dv,  dS/dv)
 
@@ -29,7 +29,7 @@ E[A] and its derivatives:
 * Bernoulli, A = softplus: Gauss-Hermite quadrature (``GH_NODES`` = 64 nodes,
   more for entries with a large variance; vectorised as arrays (entries,
   nodes)); A' = sigmoid, A'' = sigmoid(a) sigmoid(-a).
-* Poisson, A = exp: closed form, E[e^a] = e^{m + v/2} (MATH.md §4.3).
+* Poisson, A = exp: closed form, E[e^a] = e^{m + v/2} (docs/math.md §4.3).
 * Categorical, A = log-sum-exp over the last plate axis of the logits: no
   closed form in K dimensions. A fixed cubature rule (:func:`logsumexp_rule`):
   product Gauss-Hermite for small K (K <= 4 with ``CATEGORICAL_SAMPLES`` = 2048
@@ -163,7 +163,7 @@ class _GaussianLinkFactor(Conditional):
 
 class BernoulliLogitFactor(_GaussianLinkFactor):
     """y ~ Bernoulli(sigmoid(a)): A(a) = log(1 + e^a); E[A], E[sigmoid], E[sigmoid'] by
-    Gauss-Hermite (MATH.md §4.2 (i))."""
+    Gauss-Hermite (docs/math.md §4.2 (i))."""
 
     link = "logits"
 
@@ -175,7 +175,7 @@ class BernoulliLogitFactor(_GaussianLinkFactor):
 
 
 class PoissonLogFactor(_GaussianLinkFactor):
-    """y ~ Poisson(e^a): A(a) = e^a, E[e^a] = e^{m + v/2} (MATH.md §4.3)."""
+    """y ~ Poisson(e^a): A(a) = e^a, E[e^a] = e^{m + v/2} (docs/math.md §4.3)."""
 
     link = "log_rate"
 

@@ -1,5 +1,5 @@
 """Factors whose random parent is a Gamma rate: Gamma, Exponential and Poisson
-children (MATH.md §3.2). The rate's moments are (E[log b], E[b])."""
+children (docs/math.md §3.2). The rate's moments are (E[log b], E[b])."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,0 +1,128 @@
+"""Bayesian PCA with ARD: blrgraph vs BayesPy's PCA demo model, time per sweep and ELBO.
+
+The model is BayesPy's ``bayespy/demos/pca.py`` (M data dimensions, N samples, K latent
+components), written in both libraries with the same priors and layout::
+
+    alpha ~ Gamma(1e-2, 1e-2), plates (K,)           one ARD precision per component
+    W     ~ N(0, diag(alpha)^-1), plates (M, 1)      BayesPy: GaussianARD(0, alpha, shape=(K,))
+    X     ~ N(0, I), plates (1, N)                   BayesPy: GaussianARD(0, 1, shape=(K,))
+    tau   ~ Gamma(1e-2, 1e-2)
+    Y     ~ N(W . X, 1/tau), plates (M, N)           blrgraph: bg.Dot(W, X); BayesPy: SumMultiply('i,i', W, X)
+
+Same start: q(X) = N(m0, I) and q(W) = N(w0, I) in both, m0 and w0 draws from N(0, I)
+(blrgraph: ``start_from``; BayesPy: ``initialize_from_mean_and_covariance``); tau and alpha
+at their priors. Same order: blrgraph's loop steps the global nodes X, tau, alpha (the
+schedule's order) and then W, local on the data axis (the M rows of Y); BayesPy is called
+as ``Q.update(X, tau, alpha, W)``. So after each sweep both are in the same state and
+their ELBOs must agree to rounding; the table reports the largest relative difference
+over the sweeps.
+
+Time per sweep: the median interval between successive sweeps (each includes the ELBO),
+after one warm-up sweep, as in the other scripts (benchmarks/README.md).
+
+    PYTHONPATH=. python benchmarks/bench_pca.py [--quick] [--sweeps 30] [--json pca.json]
+
+Needs bayespy (``pip install bayespy``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+A0 = 1e-2
+
+
+def make_data(M, N, rank, noise, seed):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(M, rank))
+    X = rng.normal(size=(rank, N))
+    return W @ X + noise * rng.normal(size=(M, N))
+
+
+def start_means(M, N, K, seed):
+    rng = np.random.default_rng(seed + 1)
+    return rng.normal(size=(N, K)), rng.normal(size=(M, K))
+
+
+def run_blrgraph(Y, K, m0, w0, sweeps):
+    import blrgraph as bg
+    M, N = Y.shape
+    alpha = bg.Gamma(A0, A0, plates=(K,), name="alpha")
+    W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
+    X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
+    tau = bg.Gamma(A0, A0, name="tau")
+    y = bg.Normal(bg.Dot(W, X), tau, name="Y").observe(Y)
+    X.start_from(m0, np.eye(K))
+    W.start_from(w0[:, None, :], np.eye(K))
+    model = bg.Model(y, schedule=[X, tau, alpha, W])
+    stamps = []
+    res = model.fit("vmp", max_iter=sweeps, tol=0, seed=0,
+                    callback=lambda it, L: stamps.append(time.perf_counter()) and False)
+    return np.asarray(res.elbo_trace), C.per_iter(stamps)[0]
+
+
+def run_bayespy(Y, K, m0, w0, sweeps):
+    from bayespy import nodes
+    from bayespy.inference import VB
+    M, N = Y.shape
+    alpha = nodes.Gamma(A0, A0, plates=(K,), name="alpha")
+    W = nodes.GaussianARD(0, alpha, shape=(K,), plates=(M, 1), name="W")
+    X = nodes.GaussianARD(0, 1, shape=(K,), plates=(1, N), name="X")
+    F = nodes.SumMultiply("i,i", W, X, name="F")
+    tau = nodes.Gamma(A0, A0, name="tau")
+    y = nodes.GaussianARD(F, tau, name="Y")
+    y.observe(Y)
+    X.initialize_from_mean_and_covariance(m0[None], np.eye(K))
+    W.initialize_from_mean_and_covariance(w0[:, None, :], np.eye(K))
+    Q = VB(y, F, W, X, tau, alpha)
+    stamps, trace = [], []
+    for _ in range(sweeps):
+        Q.update(X, tau, alpha, W, repeat=1, verbose=False)
+        stamps.append(time.perf_counter())
+        trace.append(Q.L[Q.iter - 1])
+    return np.asarray(trace), C.per_iter(stamps)[0]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1000 x 20, K = 5")
+    ap.add_argument("--sweeps", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blas-threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    limit = C.limit_blas(args.blas_threads)
+    N, M, K, rank = (1000, 20, 5, 3) if args.quick else (10_000, 50, 10, 5)
+    Y = make_data(M, N, rank, 0.5, args.seed)
+    m0, w0 = start_means(M, N, K, args.seed)
+    info = C.machine_info()
+    print(C.machine_markdown(info))
+    print(f"\nBayesian PCA, N = {N} samples x M = {M} dimensions, K = {K} components "
+          f"(data rank {rank}), {args.sweeps} sweeps, load {C.loadavg()}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        L_bp, t_bp = run_bayespy(Y, K, m0, w0, args.sweeps)
+    L_bg, t_bg = run_blrgraph(Y, K, m0, w0, args.sweeps)
+    rel = np.abs(L_bg - L_bp) / np.abs(L_bp)
+    rows = [["blrgraph `Dot(W, X)`", C.fmt_t(t_bg), C.fmt_x(t_bp / t_bg), f"{L_bg[-1]:.10g}",
+             f"{rel.max():.1e}"],
+            ["BayesPy `SumMultiply('i,i', W, X)`", C.fmt_t(t_bp), "1.00x", f"{L_bp[-1]:.10g}", "-"]]
+    print(C.md_table(["", "time per sweep", "speed-up", f"ELBO after {args.sweeps} sweeps",
+                      "max relative ELBO difference over the sweeps"], rows))
+    print(f"\ncommand: {C.command_line()}")
+    C.write_json(args.json, {"machine": info, "N": N, "M": M, "K": K, "rank": rank,
+                             "sweeps": args.sweeps, "time_per_sweep": {"blrgraph": t_bg, "bayespy": t_bp},
+                             "elbo": {"blrgraph": L_bg, "bayespy": L_bp}, "max_rel_diff": float(rel.max())})
+    del limit
+
+
+if __name__ == "__main__":
+    main()

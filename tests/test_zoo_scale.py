@@ -1,0 +1,72 @@
+"""Zoo priors follow each column's scale (issue 14).
+
+gmm: the prior (and its jitter) is built per column, so rescaling a column rescales the
+fit and changes nothing else: assignments equal, sds scaled, for column scales 1e6 / 1 and
+1e8 / 1e-8. linreg: standardize=True (the default, as in logreg and poisson_reg) makes
+the fit invariant to column scale, so a coefficient of 3e8 on a 1e-8-scale column is found.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _zoo(name):
+    spec = importlib.util.spec_from_file_location(f"zoo_{name}", ROOT / "models" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _two_clusters(N=200, seed=0):
+    r = np.random.default_rng(seed)
+    lab = r.integers(0, 2, N)
+    X = np.column_stack([np.where(lab == 0, -2, 2) + r.normal(size=N),
+                         np.where(lab == 0, -2, 2) + r.normal(size=N)])
+    return X, lab
+
+
+@pytest.mark.parametrize("covariance", ["diag", "full"])
+@pytest.mark.parametrize("scales", [(1e6, 1.0), (1e8, 1e-8)])
+def test_gmm_fit_rescales_with_its_columns(covariance, scales):
+    gmm = _zoo("gmm")
+    X, lab = _two_clusters()
+    fits = []
+    for s in ((1.0, 1.0), scales):
+        model = gmm.build(X * np.array(s), k=2, covariance=covariance)
+        fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+        fits.append((gmm.assignments(fit), gmm.components(fit)))
+    (r1, c1), (r2, c2) = fits
+    np.testing.assert_allclose(r2, r1, atol=1e-6)
+    np.testing.assert_allclose(c2["sd"], c1["sd"] * np.array(scales), rtol=1e-6)
+    np.testing.assert_allclose(c2["mean"] / np.array(scales), c1["mean"], rtol=1e-6, atol=1e-8)
+    acc = np.mean(r1.argmax(1) == lab)
+    assert max(acc, 1 - acc) > 0.95             # the clusters are found (not 99.5% in one)
+
+
+def test_linreg_standardize_finds_a_coefficient_on_a_tiny_scale():
+    linreg = _zoo("linreg")
+    r = np.random.default_rng(0)
+    N = 100
+    Z = r.normal(size=(N, 2))
+    y = 1.0 + 3.0 * Z[:, 0] + 2.0 * Z[:, 1] + 0.1 * r.normal(size=N)
+    out = {}
+    for s in (1.0, 1e-8):
+        X = Z * np.array([s, 1.0])
+        model = linreg.build((X, y))
+        assert model.meta["fit_options"] and "to_original" in model.meta
+        fit = model.fit("vmp", **model.meta["fit_options"])
+        out[s] = linreg.summarize(fit)
+    m1, m2 = out[1.0]["mean"].to_numpy(), out[1e-8]["mean"].to_numpy()
+    np.testing.assert_allclose(m2, m1 * np.array([1.0, 1e8, 1.0, 1.0]), rtol=1e-8)
+    ols = np.linalg.lstsq(np.column_stack([np.ones(N), Z * [1e-8, 1.0]]), y, rcond=None)[0]
+    np.testing.assert_allclose(m2[:3], ols, rtol=1e-3)
+    # without standardisation the vague prior (on the scale of 1) swallows the coefficient
+    model = linreg.build((Z * [1e-8, 1.0], y), standardize=False)
+    fit = model.fit("vmp", **model.meta["fit_options"])
+    assert abs(linreg.summarize(fit)["mean"][1]) < 1.0
