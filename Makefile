@@ -28,6 +28,7 @@ bench: $(VENV)/.test
 	$(PY) benchmarks/bench_gmm.py --quick
 	$(PY) benchmarks/bench_lda.py --quick
 	$(PY) benchmarks/bench_streaming.py --quick
+	$(PY) benchmarks/bench_hmm.py --quick
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info

@@ -1,6 +1,7 @@
 """The ``blrgraph`` command line.
 
-    blrgraph fit MODEL DATA.csv [--columns A B ...] [--k 3] [--target Y] [--option KEY=VALUE ...]
+    blrgraph fit MODEL DATA.csv [--columns A B ...] [--k 3] [--target Y] [--sequence-column ID]
+                               [--option KEY=VALUE ...]
                                [--method vmp] [--seed 0] [--restarts 1] [--max-iter N] [--tol T]
                                [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
@@ -12,8 +13,8 @@
 
 MODEL is the name of a model of the zoo (``models/<name>.py`` of the source
 checkout: gmm, lda, linreg, logreg, poisson_reg, latent_class, mixed_mixture,
-poisson_mixture, local_level, pca) or the path to a model file of your own: a Python file
-that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
+poisson_mixture, local_level, pca, hmm) or the path to a model file of your own: a Python
+file that defines ``build(data, **options) -> Model`` and ``summarize(fit) -> DataFrame`` (and,
 optionally, ``write_outputs(fit, out_dir) -> [paths]``).
 
 ``fit`` prints the posterior summary table and the ELBO and writes, in --out:
@@ -121,7 +122,8 @@ def build_options(module, given):
     names = [n for n, p in params.items() if n != "data" and p.kind is not inspect.Parameter.VAR_KEYWORD]
     for k in given:
         if k not in params and not takes_any:
-            flag = {"k": "--k", "columns": "--columns", "target": "--target"}.get(k, f"--option {k}=...")
+            flag = {"k": "--k", "columns": "--columns", "target": "--target",
+                    "sequence_column": "--sequence-column"}.get(k, f"--option {k}=...")
             raise CLIError(f"model '{module.MODEL_NAME}' has no option {k!r} ({flag}); its options: "
                            f"{', '.join(names) or 'none'}")
         if k in params:
@@ -453,7 +455,8 @@ def _fit_overrides(args):
 
 def cmd_fit(args, stdout, stderr):
     module = load_model(args.model)
-    given = {"columns": args.columns, "k": args.k, "target": args.target}
+    given = {"columns": args.columns, "k": args.k, "target": args.target,
+             "sequence_column": args.sequence_column}
     for text in args.option or []:
         key, value = _parse_option(text)
         given[key] = value
@@ -637,6 +640,8 @@ def make_parser():
                    help="columns to use (names, space or comma separated; default: all)")
     f.add_argument("--k", type=int, help="number of components / classes / topics")
     f.add_argument("--target", help="response column (linreg, logreg, poisson_reg)")
+    f.add_argument("--sequence-column", metavar="COL",
+                   help="column naming the sequence of each row (hmm; rows in time order)")
     f.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="any other option of the model's build(), e.g. --option covariance=diag")
     f.add_argument("--max-iter", type=int,

@@ -1,0 +1,174 @@
+"""Variational Bayes HMM with Gaussian emissions: blrgraph's CategoricalMarkovChain vs
+hmmlearn's VariationalGaussianHMM, time per sweep and the ELBO, in one run.
+
+* blrgraph: ``Dirichlet(initial)``, ``Dirichlet(transition, plates=(K,))``,
+  ``NormalWishart(plates=(K,))``, ``CategoricalMarkovChain(pi, A, length=T, plates=(S,))``,
+  ``Mixture(z, MultivariateNormal, theta).observe(X)`` with X of shape (S, T, D).
+* hmmlearn: ``VariationalGaussianHMM(covariance_type="full")`` with the same priors
+  (its defaults: Dirichlet 1/K, beta 1, dof D, inverse scale 1e-3 I, means at the data mean)
+  on the S sequences concatenated (``lengths=[T] * S``), ``implementation="log"`` (its
+  default) and ``"scaling"``.
+
+Same start: hmmlearn's own initialisation of the emissions (k-means means, counts and
+covariances), the initial and transition posteriors at the prior plus uniform counts,
+copied into blrgraph's q. One sweep is hmmlearn's
+iteration (E-step: forward-backward with sub-normalised exp E[log A] and the lower bound;
+M-step: every parameter's posterior) and blrgraph's BLR steps of pi, A, theta, then the
+chain, then the ELBO. After the same number of sweeps both are in the same state: the
+ELBOs agree to rounding (hmmlearn leaves the constant -D/2 log 2 pi per step out of its
+bound; it is added here). Time per sweep: median over the timed sweeps.
+
+    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def make_data(S, T, K, D, seed):
+    """S sequences of a sticky K-state HMM (stay 0.95) with unit-variance Gaussian
+    emissions around means drawn with spread 4."""
+    rng = np.random.default_rng(seed)
+    means = 4.0 * rng.normal(size=(K, D))
+    A = np.full((K, K), 0.05 / (K - 1))
+    np.fill_diagonal(A, 0.95)
+    cum = A.cumsum(1)
+    z = np.empty((S, T), dtype=int)
+    z[:, 0] = rng.integers(K, size=S)
+    for t in range(1, T):
+        z[:, t] = np.minimum((cum[z[:, t - 1]] < rng.random(S)[:, None]).sum(1), K - 1)
+    return means[z] + rng.normal(size=(S, T, D))
+
+
+def hmmlearn_start(X, K, seed, implementation):
+    """A VariationalGaussianHMM initialised by hmmlearn itself (priors and start)."""
+    from hmmlearn.vhmm import VariationalGaussianHMM
+    S, T, D = X.shape
+    h = VariationalGaussianHMM(K, covariance_type="full", random_state=seed, tol=-np.inf,
+                               implementation=implementation)
+    h._init(X.reshape(-1, D), [T] * S)
+    # hmmlearn draws the initial and transition posteriors from Dirichlet(1/K) (entries can
+    # be 0, where the Dirichlet's log-normaliser is infinite): start them at the prior plus
+    # uniform counts instead, keeping its k-means start of the emissions
+    h.startprob_posterior_ = h.startprob_prior_ + S / K
+    h.transmat_posterior_ = h.transmat_prior_ + S * (T - 1) / K ** 2
+    h._check()
+    return h
+
+
+def copy_start(src, dst):
+    for name in ("startprob_prior_", "transmat_prior_", "means_prior_", "beta_prior_",
+                 "dof_prior_", "scale_prior_", "startprob_posterior_", "transmat_posterior_",
+                 "means_posterior_", "beta_posterior_", "dof_posterior_", "scale_posterior_"):
+        setattr(dst, name, np.array(getattr(src, name), dtype=float))
+
+
+def run_hmmlearn(h, X, n_iter):
+    """hmmlearn's fit loop (base.py, VariationalBaseHMM via _AbstractHMM.fit), stamped per
+    iteration; returns (seconds per sweep, lower bounds with the 2 pi constant)."""
+    S, T, D = X.shape
+    Xf, lengths = X.reshape(-1, D), [T] * S
+    stamps, bounds = [time.perf_counter()], []
+    for _ in range(n_iter + 1):
+        stats, logprob = h._do_estep(Xf, lengths)
+        bounds.append(h._compute_lower_bound(logprob))
+        h._do_mstep(stats)
+        stamps.append(time.perf_counter())
+    return C.per_iter(stamps, skip=1)[0], np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
+
+
+def build_blrgraph(h, X):
+    import blrgraph as bg
+    S, T, D = X.shape
+    K = h.n_components
+    pi = bg.Dirichlet(h.startprob_prior_, name="pi")
+    A = bg.Dirichlet(h.transmat_prior_, plates=(K,), name="A")
+    theta = bg.NormalWishart(h.means_prior_, h.beta_prior_, h.dof_prior_,
+                             np.linalg.inv(h.scale_prior_), plates=(K,), name="theta")
+    z = bg.CategoricalMarkovChain(pi, A, length=T, plates=(S,), name="z")
+    y = bg.Mixture(z, bg.MultivariateNormal, theta, name="y").observe(X)
+    return bg.Model(y)
+
+
+def run_blrgraph(model, h, n_iter):
+    """The same start as hmmlearn (its posteriors as blrgraph's q), then sweeps."""
+    from blrgraph.inference.blr import blr_step
+    from blrgraph.inference.elbo import elbo
+    pi, A, theta, z = (model[n] for n in ("pi", "A", "theta", "z"))
+    model.fit("vmp", max_iter=1, seed=0)            # allocates q; the start is set next
+    pi.set_natural(pi.family.natural_from_params(h.startprob_posterior_))
+    A.set_natural(A.family.natural_from_params(h.transmat_posterior_))
+    theta.set_natural(theta.family.natural_from_params(
+        h.means_posterior_, h.beta_posterior_, h.dof_posterior_, np.linalg.inv(h.scale_posterior_)))
+    stamps = [time.perf_counter()]
+    blr_step(model, z)                              # hmmlearn's first E-step
+    trace = [elbo(model)]
+    stamps.append(time.perf_counter())
+    for _ in range(n_iter):
+        for node in (pi, A, theta, z):
+            blr_step(model, node)
+        trace.append(elbo(model))
+        stamps.append(time.perf_counter())
+    return C.per_iter(stamps, skip=1)[0], np.array(trace)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sequences", type=int, default=100)
+    ap.add_argument("--length", type=int, default=1000)
+    ap.add_argument("--states", type=int, default=10)
+    ap.add_argument("--dim", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10, help="timed sweeps (after one warm-up)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="20 sequences x 200 steps, 5 sweeps")
+    ap.add_argument("--blas-threads", type=int, help="cap BLAS threads (default: as configured)")
+    ap.add_argument("--json", help="write every number to this file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.sequences, args.length, args.iters = 20, 200, 5
+    import hmmlearn.vhmm  # noqa: F401 (its BLAS too is loaded before the thread cap)
+    _limits = C.limit_blas(args.blas_threads)  # noqa: F841 (kept alive for the run)
+    info = C.machine_info()
+    S, T, K, D = args.sequences, args.length, args.states, args.dim
+    X = make_data(S, T, K, D, args.seed)
+    print(f"data: {S} sequences x {T} steps, D={D}, K={K}; hmmlearn initialisation ...", flush=True)
+    ref = hmmlearn_start(X, K, args.seed, "log")
+    results = {}
+    for impl in ("log", "scaling"):
+        h = hmmlearn_start(X, K, args.seed, impl)
+        copy_start(ref, h)        # (k-means is seeded; this makes the start identical anyway)
+        t, bounds = run_hmmlearn(h, X, args.iters)
+        results[f"hmmlearn ({impl})"] = (t, bounds)
+        print(f"hmmlearn {impl}: {t * 1e3:.1f} ms per sweep", flush=True)
+    model = build_blrgraph(ref, X)
+    t_b, trace = run_blrgraph(model, ref, args.iters)
+    print(f"blrgraph: {t_b * 1e3:.1f} ms per sweep", flush=True)
+
+    rows = []
+    for name, (t, bounds) in results.items():
+        rel = float(np.max(np.abs(trace - bounds) / np.abs(bounds)))
+        rows.append([name, C.fmt_t(t), C.fmt_x(t / t_b), f"{bounds[-1]:.6f}", f"{rel:.1e}"])
+    rows.append(["blrgraph CategoricalMarkovChain", C.fmt_t(t_b), "1", f"{trace[-1]:.6f}", "-"])
+    print(f"\n# VB HMM, Gaussian emissions (full covariance): {S} sequences x {T} steps, "
+          f"D={D}, K={K}; time per sweep (median of {args.iters})\n")
+    print(C.machine_markdown(info))
+    print(C.md_table(["implementation", "time per sweep", "time / blrgraph's",
+                      f"ELBO after {args.iters + 1} sweeps",
+                      "max rel. ELBO difference to blrgraph (every sweep)"], rows))
+    print(f"\ncommand: `{C.command_line()}`")
+    C.write_json(args.json, {"machine": info, "S": S, "T": T, "K": K, "D": D, "iters": args.iters,
+                             "blrgraph": {"per_sweep": t_b, "elbo": trace},
+                             "hmmlearn": {k: {"per_sweep": v[0], "elbo": v[1]}
+                                          for k, v in results.items()}})
+
+
+if __name__ == "__main__":
+    main()

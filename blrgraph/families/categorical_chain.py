@@ -1,0 +1,214 @@
+"""The q of a categorical Markov chain: forward-backward and Viterbi (docs/hmm.md).
+
+A chain of T states z_0..z_{T-1} in {0..K-1} with unary log-potentials U_t (K,)
+and one pairwise log-potential matrix P (K, K) (rows: from, columns: to) is the
+exponential family
+
+    q(z) = exp( sum_t U_t[z_t] + sum_{t>=1} P[z_{t-1}, z_t] - log Z ),
+
+with mean parameters the marginals gamma_t = E[onehot z_t] and the expected
+transition counts C = sum_{t>=1} E[onehot z_{t-1} onehot z_t^T]. In variational
+Bayes (Beal 2003, ch. 3) U_0 = E[log pi] + m_0, U_t = m_t (the emissions'
+messages) and P = E[log A]: exp(P) is sub-normalised (rows sum to < 1), which the
+recursions below do not need.
+
+Everything is vectorised over sequences (S) and states (K); the loops run over
+time, O(T K^2) per sequence. The recursions are scaled (Rabiner 1989): the
+forward vectors' running sum is divided out (every step, or every RENORM steps
+with a shared transition matrix) and the logs of the divisors are summed into
+log Z; the backward pass divides by the same factors. So nothing under- or
+overflows however long the chain. A sequence whose divisors still fall below
+TINY = 1e-250 (transition weights near 1e-300 against data that insist on them)
+is recomputed in log space. ``lengths`` ends each sequence: steps t >= L_s
+belong to no sequence (no term of log Z, no count) and publish the forward
+prediction.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+
+
+#: a shared-transition forward pass divides out the running sum every RENORM steps
+RENORM = 8
+#: a divisor or final sum below this (or not finite): the sequence is redone in log space
+TINY = 1e-250
+
+
+class ChainStats:
+    """Forward-backward results for S sequences (see :func:`forward_backward`)."""
+
+    __slots__ = ("marginals", "counts", "log_z", "lengths", "valid")
+
+    def __init__(self, marginals, counts, log_z, lengths, valid):
+        self.marginals = marginals   # (S, T, K)
+        self.counts = counts         # (S, K, K) expected transition counts (valid steps)
+        self.log_z = log_z           # (S,) log normaliser of each (truncated) chain
+        self.lengths = lengths       # (S,) ints
+        self.valid = valid           # (S, T) bool: t < L_s
+
+
+def _check(U, P, lengths):
+    U = np.asarray(U, dtype=float)
+    if U.ndim != 3:
+        raise ValueError(f"forward_backward: log_unary must have shape (S, T, K), got {U.shape}")
+    S, T, K = U.shape
+    P = np.asarray(P, dtype=float)
+    if P.shape[-2:] != (K, K) or P.ndim not in (2, 3) or (P.ndim == 3 and P.shape[0] not in (1, S)):
+        raise ValueError(f"forward_backward: log_trans must have shape (K, K) or (S, K, K) with "
+                         f"K = {K}, S = {S}, got {P.shape}")
+    if lengths is None:
+        L = np.full(S, T, dtype=np.intp)
+    else:
+        L = np.asarray(lengths, dtype=np.intp)
+        if L.shape != (S,) or np.any(L < 0) or np.any(L > T):
+            raise ValueError(f"forward_backward: lengths must be S = {S} integers in 0..{T}")
+    return U, P, L
+
+
+def forward_backward(log_unary, log_trans, lengths=None):
+    """Marginals, expected transition counts and log Z of S chains.
+
+    log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
+    None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
+    arrays, written in place: with a shared transition matrix a forward step is one
+    (K + 1, K) @ (K, S) product (the prediction and the previous sum) and a product
+    with the emissions (the sum is divided out every RENORM steps); a backward step one
+    elementwise product and one (K, K) @ (K, S) product. Any scaling of the forward
+    vectors is exact as long as the backward pass divides by the same factors."""
+    U, P, L = _check(log_unary, log_trans, lengths)
+    S, T, K = U.shape
+    valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
+    short = not bool(np.all(valid))
+    shared = P.ndim == 2 or P.shape[0] == 1
+    Pm = P.reshape(K, K) if shared else P
+    m = np.max(Pm, axis=(-2, -1), keepdims=True)                     # shift of P: At <= 1
+    At = np.exp(Pm - m)
+    if shared:
+        AtT = np.ascontiguousarray(At.T)
+
+        def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
+            return np.dot(At, g, out=out)
+    else:
+        Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
+
+        def fwd(x, out):     # out[j, s] = sum_i At[s, i, j] x[i, s]
+            return np.einsum("ijs,is->js", Ak, x, out=out)
+
+        def bwd(g, out):
+            return np.einsum("ijs,js->is", Ak, g, out=out)
+
+    c = np.max(U, axis=-1)                                           # (S, T)
+    B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
+    # alpha[t] = alpha_t / prod_{tau <= t} c_tau (c: the divisors applied; 1 where none was)
+    alpha = np.empty((T, K, S))
+    c_div = np.ones((T, S))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
+        if shared:
+            # one product with [At^T; 1] gives the prediction and the previous sum together;
+            # the sum is divided out every RENORM steps only (two numpy calls per step
+            # otherwise): between divisions the sums change by a factor in (tiny, K] per step
+            Aug = np.vstack([AtT, np.ones((1, K))])
+            W = np.empty((T, K + 1, S))
+            alpha[0] = B[0]
+            for t in range(1, T):
+                w = np.dot(Aug, alpha[t - 1], out=W[t])
+                np.multiply(w[:K], B[t], out=alpha[t])
+                if t % RENORM == 0:
+                    np.divide(alpha[t], w[K], out=alpha[t])
+            steps = np.arange(RENORM, T, RENORM)
+            c_div[steps] = W[steps, K]
+        else:
+            one = np.ones(K)
+            for t in range(T):
+                a = B[0].copy() if t == 0 else fwd(alpha[t - 1], alpha[t])
+                if t:
+                    np.multiply(a, B[t], out=a)
+                np.dot(one, a, out=c_div[t])
+                np.divide(a, c_div[t], out=alpha[t])
+        last = np.clip(L - 1, 0, T - 1)
+        k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
+        bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
+                & (k0 > TINY))
+
+        # backward: G[t] = B_t beta_t / c_t on valid transitions (0 elsewhere), beta[t] =
+        # beta_t / prod_{t < tau < L} c_tau, so alpha[t] beta[t] = p(z_t, x) / prod c = gamma_t k0
+        rc = 1.0 / c_div
+        if short:
+            live = valid.T                                           # (T, S)
+            rc = np.where(live, rc, 0.0)
+        G = np.multiply(B, rc[:, None, :], out=B)                    # B_t / c_t, then x beta_t
+        G[0] = 0.0
+        beta = np.empty((T, K, S))
+        beta[T - 1] = 1.0
+        for t in range(T - 1, 0, -1):
+            g = np.multiply(G[t], beta[t], out=G[t])
+            bwd(g, beta[t - 1])
+            if short:
+                np.copyto(beta[t - 1], 1.0, where=~live[t])
+        np.multiply(alpha, beta, out=beta)
+        beta /= beta.sum(1, keepdims=True)         # the marginals (after the end: prediction)
+        rk0 = np.where(L > 0, 1.0 / k0, 0.0)
+        counts = np.einsum("tis,tjs->sij", alpha[:-1], G[1:], optimize=True)
+        counts *= At
+        counts *= rk0[:, None, None]
+        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c, 0.0)
+        log_z = logs.sum(1) + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
+            + np.maximum(L - 1, 0) * m.reshape(-1)
+    gamma = beta.transpose(2, 0, 1).copy()                           # (S, T, K)
+    if np.any(bad):
+        idx = np.flatnonzero(bad)
+        sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
+        gamma[idx], counts[idx], log_z[idx] = sub.marginals, sub.counts, sub.log_z
+    return ChainStats(gamma, counts, log_z, L, valid)
+
+
+def _forward_backward_log(U, P, L):
+    """The same recursions in log space (the fallback of :func:`forward_backward`)."""
+    S, T, K = U.shape
+    Pm = np.broadcast_to(P.reshape((-1, K, K)), (S, K, K))
+    valid = np.arange(T)[None, :] < L[:, None]
+    la = np.empty((S, T, K))
+    la[:, 0] = U[:, 0]
+    for t in range(1, T):
+        la[:, t] = logsumexp(la[:, t - 1, :, None] + Pm, axis=1) + U[:, t]
+    lb = np.zeros((S, T, K))
+    for t in range(T - 1, 0, -1):
+        b = logsumexp(Pm + (U[:, t] + lb[:, t])[:, None, :], axis=2)
+        lb[:, t - 1] = np.where(valid[:, t, None], b, 0.0)
+    last = np.clip(L - 1, 0, T - 1)
+    log_z = logsumexp(la[np.arange(S), last], axis=-1)
+    log_z = np.where(L > 0, log_z, 0.0)
+    lg = la + lb
+    gamma = np.exp(lg - logsumexp(lg, axis=-1, keepdims=True))
+    counts = np.zeros((S, K, K))
+    for t in range(1, T):
+        lx = la[:, t - 1, :, None] + Pm + (U[:, t] + lb[:, t])[:, None, :] - log_z[:, None, None]
+        counts += np.where(valid[:, t, None, None], np.exp(lx), 0.0)
+    return ChainStats(gamma, counts, log_z, L, valid)
+
+
+def viterbi(log_unary, log_trans, lengths=None):
+    """The most probable state sequence of each chain, (S, T) ints; steps beyond a
+    sequence's length hold -1."""
+    U, P, L = _check(log_unary, log_trans, lengths)
+    S, T, K = U.shape
+    Pm = np.broadcast_to(P.reshape((-1, K, K)), (S, K, K))
+    delta = U[:, 0].copy()
+    back = np.zeros((S, T, K), dtype=np.intp)
+    for t in range(1, T):
+        cand = delta[:, :, None] + Pm
+        back[:, t] = np.argmax(cand, axis=1)
+        new = np.take_along_axis(cand, back[:, t, None, :], axis=1)[:, 0] + U[:, t]
+        live = (t < L)[:, None]
+        delta = np.where(live, new, delta)
+    path = np.full((S, T), -1, dtype=np.intp)
+    cur = np.argmax(delta, axis=1)
+    for t in range(T - 1, -1, -1):
+        live = t < L
+        at_end = t == L - 1
+        cur = np.where(at_end, np.argmax(delta, axis=1), cur)
+        path[:, t] = np.where(live, cur, -1)
+        if t > 0:
+            cur = np.where(live, back[np.arange(S), t, cur], cur)
+    return path
