@@ -132,7 +132,10 @@ def _doc_completion_dense(lam, X_obs, X_eval, alpha, max_iter=200, tol=1e-8):
 
 
 def topic_recovery(lam, phi_true):
-    """Hungarian-matched cosine similarity between E[phi] and the true topics: (mean, min)."""
+    """Hungarian-matched cosine similarity between E[phi] and the true topics: (mean, min);
+    None for a real corpus (no true topics)."""
+    if phi_true is None:
+        return None
     Ephi = np.asarray(lam, float) / np.sum(lam, 1, keepdims=True)
     a = Ephi / np.linalg.norm(Ephi, axis=1, keepdims=True)
     b = phi_true / np.linalg.norm(phi_true, axis=1, keepdims=True)
@@ -162,10 +165,10 @@ def phi_lambda(phi, during_svi=False):
     return np.asarray(phi.posterior.params["alpha"])
 
 
-def make_sklearn(K, alpha, eta, **kw):
+def make_sklearn(K, alpha, eta, random_state=0, **kw):
     from sklearn.decomposition import LatentDirichletAllocation
     return LatentDirichletAllocation(n_components=K, doc_topic_prior=alpha, topic_word_prior=eta,
-                                     evaluate_every=-1, random_state=0, **kw)
+                                     evaluate_every=-1, random_state=random_state, **kw)
 
 
 def run_sklearn(corpus, K, alpha, eta, **kw):

@@ -1,0 +1,388 @@
+"""Right answers by default (issue 13): blrgraph with no options beyond the method vs
+scikit-learn with its defaults, on the same priors, data and evaluation code.
+
+Parts (``--parts``, comma-separated; default all):
+
+* ``gmm``: VB-GMM declared from nodes (Dirichlet + NormalWishart + Categorical +
+  Mixture(MultivariateNormal); priors of bench_gmm.py: alpha0 = 1, m0 = data mean,
+  beta0 = 1, nu0 = D + 2, W0 = inv(cov X) / nu0), ``fit("vmp", restarts=R)`` with no other
+  option, against ``BayesianGaussianMixture(n_init=R,
+  weight_concentration_prior_type="dirichlet_distribution")`` with the same priors and
+  sklearn's other defaults (k-means start, tol=1e-3, max_iter=100, reg_covar=1e-6).
+  Datasets: a synthetic 5-cluster mixture (bench_gmm.py's recipe, with labels) and
+  scikit-learn's iris, wine and breast cancer tables, standardised, K = number of classes.
+  Both solutions are scored by the same full ELBO (bench_gmm.evaluate_elbo, Bishop
+  10.70-10.77) on (responsibilities, q(pi), q(mu, Lambda)); sklearn's state is read from
+  its fitted attributes, its responsibilities from ``predict_proba``. ARI against the
+  known classes from the most probable component.
+* ``lda``: LDA declared from nodes (bench_lda.build_blrgraph: theta[doc],
+  Mixture(z, Categorical, phi), weights=counts), plain ``fit("vmp")`` (a callback
+  evaluates held-out document completion after every sweep, excluded from the clock,
+  and stops the run at the sweep budget), against sklearn batch LDA (20 passes): time to
+  reach sklearn's held-out quality, the final quality. On the synthetic corpus of
+  bench_lda.py, and with ``lee`` on a real corpus: the Lee background corpus (300 news
+  articles of the Australian Broadcasting Corporation) that gensim ships inside its
+  wheel (gensim/test/test_data/lee_background.cor; read as a text file, gensim is not
+  imported; ``pip install gensim``).
+* ``svi-gmm``: 200k x 2, K=5 (bench_gmm.py's data), ``fit("svi", batch_size=B,
+  epochs=3)`` against the batch optimum ``fit("vmp")``: full ELBO gap.
+* ``svi-lda``: ``fit("svi", batch_size=256)`` (everything else default) against sklearn
+  online LDA (batch 256, learning_offset 10, learning_decay 0.7, 10 epochs) on the
+  synthetic corpus: time to sklearn online's held-out quality.
+
+    PYTHONPATH=. python benchmarks/bench_defaults.py --blas-threads 1 --json defaults.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import bench_gmm as G  # noqa: E402
+import bench_lda as L  # noqa: E402
+
+
+# =========================================================================================
+# GMM
+# =========================================================================================
+def synthetic_gmm(N=3000, D=3, K=5, seed=0):
+    """bench_gmm.make_data's recipe, keeping the labels."""
+    rng = np.random.default_rng(1000 + seed)
+    means = rng.normal(0.0, 6.0, size=(K, D))
+    weights = rng.dirichlet(5.0 * np.ones(K))
+    labels = rng.choice(K, size=N, p=weights)
+    X = np.empty((N, D))
+    for k in range(K):
+        A = rng.normal(size=(D, D)) * 0.6
+        cov = A @ A.T + 0.5 * np.eye(D)
+        idx = np.flatnonzero(labels == k)
+        X[idx] = means[k] + rng.standard_normal((len(idx), D)) @ np.linalg.cholesky(cov).T
+    return X, labels
+
+
+def gmm_datasets(names):
+    from sklearn import datasets
+    out = {}
+    for name in names:
+        if name == "synthetic":
+            X, y = synthetic_gmm()
+            out[name] = (X, y, 5, "3000 x 3, 5 clusters (bench_gmm.py recipe)")
+            continue
+        loader = {"iris": datasets.load_iris, "wine": datasets.load_wine,
+                  "breast_cancer": datasets.load_breast_cancer}[name]
+        d = loader()
+        X = (d.data - d.data.mean(0)) / d.data.std(0)
+        K = len(np.unique(d.target))
+        out[name] = (X, d.target, K, f"{X.shape[0]} x {X.shape[1]}, standardised, {K} classes")
+    return out
+
+
+def gmm_blrgraph(X, K, pri, restarts, seed):
+    model, nodes = G.build_blrgraph(X, K, pri)
+    stamps = []
+
+    def cb(it, Lb):
+        stamps.append(time.perf_counter())
+        return False
+
+    t0 = time.perf_counter()
+    res = model.fit("vmp", restarts=restarts, seed=seed, callback=cb)
+    t = time.perf_counter() - t0
+    r, params = G.blrgraph_params(nodes)
+    per = C.per_iter(stamps, skip=1)[0] if len(stamps) > 2 else float("nan")
+    return {"time": t, "n_iter": int(res.n_iter), "elbo": G.evaluate_elbo(X, r, params, pri),
+            "self_elbo": float(res.elbo), "restart_elbos": list(getattr(res, "restart_elbos", None) or []),
+            "labels": r.argmax(1), "converged": bool(getattr(res, "converged", False)),
+            "per_sweep": per, "sweeps_total": len(stamps)}
+
+
+def gmm_sklearn(X, K, pri, n_init, seed):
+    from sklearn.mixture import BayesianGaussianMixture
+    est = BayesianGaussianMixture(
+        n_components=K, covariance_type="full", weight_concentration_prior_type="dirichlet_distribution",
+        weight_concentration_prior=pri["alpha0"], mean_prior=pri["m0"], mean_precision_prior=pri["beta0"],
+        degrees_of_freedom_prior=pri["nu0"], covariance_prior=np.linalg.inv(pri["W0"]), n_init=n_init,
+        random_state=seed)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        est.fit(X)
+        t = time.perf_counter() - t0
+    r, params = G.sklearn_params(est, X)
+    return {"time": t, "n_iter": int(est.n_iter_), "elbo": G.evaluate_elbo(X, r, params, pri),
+            "labels": r.argmax(1), "converged": bool(est.converged_),
+            "warnings": sorted({type(x.message).__name__ for x in w})}
+
+
+def part_gmm(args, out):
+    from sklearn.metrics import adjusted_rand_score
+    res = {}
+    for name, (X, y, K, desc) in gmm_datasets(args.gmm_data.split(",")).items():
+        pri = G.make_priors(X)
+        reps = []
+        for rep in range(args.repeats):
+            order = ("blr", "sk") if rep % 2 == 0 else ("sk", "blr")
+            one = {}
+            for who in order:
+                if who == "blr":
+                    one["blr"] = gmm_blrgraph(X, K, pri, args.restarts, seed=rep)
+                else:
+                    one["sk"] = gmm_sklearn(X, K, pri, args.restarts, seed=rep)
+            for who in ("blr", "sk"):
+                one[who]["ari"] = float(adjusted_rand_score(y, one[who].pop("labels")))
+            reps.append(one)
+            print(f"gmm {name} repeat {rep}: blrgraph ELBO {one['blr']['elbo']:.4f} ARI {one['blr']['ari']:.3f}"
+                  f" ({one['blr']['time']:.2f} s, {one['blr']['n_iter']} sweeps); sklearn ELBO "
+                  f"{one['sk']['elbo']:.4f} ARI {one['sk']['ari']:.3f} ({one['sk']['time']:.2f} s)", flush=True)
+        res[name] = {"desc": desc, "K": K, "N": X.shape[0], "D": X.shape[1], "repeats": reps}
+    out["gmm"] = res
+
+
+# =========================================================================================
+# LDA
+# =========================================================================================
+def lee_corpus(heldout=0.1, seed=0, min_df=2):
+    """The Lee background corpus (300 news articles) shipped in gensim's wheel, as counts
+    (sklearn CountVectorizer, English stop words, words in >= min_df documents), split
+    as bench_lda.make_corpus does (10% of documents held out, tokens halved)."""
+    import importlib.util
+    from sklearn.feature_extraction.text import CountVectorizer
+    spec = importlib.util.find_spec("gensim")
+    if spec is None:
+        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install gensim")
+    path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", "lee_background.cor")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        docs = [line.strip() for line in f if line.strip()]
+    cv = CountVectorizer(stop_words="english", min_df=min_df, token_pattern=r"(?u)\b[a-zA-Z][a-zA-Z]+\b")
+    counts = cv.fit_transform(docs).toarray().astype(np.int64)
+    keep = counts.sum(1) >= 10
+    counts = counts[keep]
+    return split_counts(counts, heldout, seed) | {"n_docs": counts.shape[0], "V": counts.shape[1],
+                                                   "tokens": int(counts.sum())}
+
+
+def split_counts(counts, heldout, seed):
+    rng = np.random.default_rng(seed)
+    n_docs, V = counts.shape
+    n_held = int(round(heldout * n_docs))
+    is_held = np.zeros(n_docs, bool)
+    is_held[rng.permutation(n_docs)[:n_held]] = True
+    obs = np.zeros((n_held, V))
+    ev = np.zeros((n_held, V))
+    for i, d in enumerate(np.flatnonzero(is_held)):
+        tokens = np.repeat(np.arange(V), counts[d])
+        rng.shuffle(tokens)
+        h = len(tokens) // 2
+        obs[i] = np.bincount(tokens[:h], minlength=V)
+        ev[i] = np.bincount(tokens[h:], minlength=V)
+    return {"train": sp.csr_matrix(counts[~is_held].astype(float)), "held_obs": sp.csr_matrix(obs),
+            "held_eval": sp.csr_matrix(ev), "phi_true": None}
+
+
+def lda_default_run(corpus, K, alpha, eta, method, fit_kw, max_sweeps, eval_every=1, seed=0):
+    """model.fit(method, seed=seed, callback=cb, **fit_kw): the callback evaluates held-out
+    quality every eval_every sweeps/steps (excluded from the clock) and stops at max_sweeps."""
+    clock = C.Clock()
+    model, theta, phi = L.build_blrgraph(corpus["train"], K, alpha, eta)
+    svi = method == "svi"
+    trace = []
+
+    def cb(it, Lb):
+        if it % eval_every == 0:
+            t, cpu = clock.now(), clock.cpu()
+            ll = clock.exclude(lambda: L.doc_completion(L.phi_lambda(phi, svi), corpus["held_obs"],
+                                                        corpus["held_eval"], alpha)[0])
+            trace.append({"iter": it, "time": t, "cpu": cpu, "ll": ll})
+        return it >= max_sweeps
+
+    res = model.fit(method, seed=seed, callback=cb, **fit_kw)
+    t_end = clock.now()
+    lam = L.phi_lambda(phi)
+    final = L.doc_completion(lam, corpus["held_obs"], corpus["held_eval"], alpha)[0]
+    rec = L.topic_recovery(lam, corpus["phi_true"]) if corpus.get("phi_true") is not None else None
+    return {"trace": trace, "time_total": t_end, "n_iter": int(res.n_iter), "final_ll": final,
+            "converged": bool(getattr(res, "converged", False)), "recovery": rec, "fit_elbo": float(res.elbo)}
+
+
+def first_reach(trace, target):
+    for p in trace:
+        if p["ll"] >= target:
+            return p
+    return None
+
+
+def lda_compare(name, corpus, K, alpha, eta, args, out, online=False, seed=0):
+    extra = json.loads(args.lda_options) if args.lda_options else {}
+    if online:
+        B = min(256, corpus["train"].shape[0])
+        n = corpus["train"].shape[0]
+        sk = L.run_sklearn(corpus, K, alpha, eta, learning_method="online", batch_size=B, learning_offset=10.0,
+                           learning_decay=0.7, max_iter=10, total_samples=n, random_state=seed)
+        per_epoch = -(-n // B)
+        blr = lda_default_run(corpus, K, alpha, eta, "svi", {"batch_size": B, **extra},
+                              max_sweeps=args.svi_max_epochs * per_epoch, eval_every=max(1, per_epoch // 4),
+                              seed=seed)
+    else:
+        sk = L.run_sklearn(corpus, K, alpha, eta, learning_method="batch", max_iter=20, random_state=seed)
+        blr = lda_default_run(corpus, K, alpha, eta, "vmp", extra, max_sweeps=args.lda_max_sweeps, seed=seed)
+    sk["recovery"] = sk["recovery"] if corpus.get("phi_true") is not None else None
+    reach = first_reach(blr["trace"], sk["ll"])
+    row = {"seed": seed, "options": extra, "sklearn": sk, "blrgraph": blr, "reached": reach,
+           "ratio_wall": None if reach is None else sk["time"] / reach["time"],
+           "ratio_cpu": None if reach is None else sk["cpu"] / reach["cpu"],
+           "best_ll": max(p["ll"] for p in blr["trace"])}
+    print(f"lda {name}{' online' if online else ''}: sklearn {sk['time']:.2f} s ll {sk['ll']:.4f}; blrgraph "
+          f"reached {reach} best {row['best_ll']:.4f} final {blr['final_ll']:.4f} ({blr['n_iter']} it, "
+          f"{blr['time_total']:.1f} s)", flush=True)
+    out.setdefault("lda", {}).setdefault(name + (" online" if online else ""), []).append(row)
+
+
+def part_lda(args, out, which):
+    alpha, eta = 0.1, 0.05
+    if which in ("lda", "svi-lda"):
+        corpus = L.make_corpus(3000, 1500, 20, 80, alpha, eta, seed=0)
+        out["lda_corpus_synthetic"] = {"docs": 3000, "V": 1500, "K": 20, "nnz": corpus["train"].nnz}
+        for seed in range(args.lda_repeats):
+            lda_compare("synthetic", corpus, 20, alpha, eta, args, out, online=(which == "svi-lda"), seed=seed)
+    if which == "lee":
+        corpus = lee_corpus()
+        out["lda_corpus_lee"] = {k: corpus[k] for k in ("n_docs", "V", "tokens")}
+        out["lda_corpus_lee"]["train_nnz"] = corpus["train"].nnz
+        print(f"Lee corpus: {corpus['n_docs']} docs, V={corpus['V']}, {corpus['tokens']} tokens", flush=True)
+        for seed in range(args.lda_repeats):
+            lda_compare("lee", corpus, args.lee_topics, 1.0 / args.lee_topics, 1.0 / args.lee_topics, args, out,
+                        seed=seed)
+
+
+# =========================================================================================
+# SVI GMM
+# =========================================================================================
+def part_svi_gmm(args, out):
+    X = G.make_data(200_000, 2, 5, seed=0)
+    pri = G.make_priors(X)
+    rows = []
+    extra = json.loads(args.svi_options) if args.svi_options else {}
+    model, nodes = G.build_blrgraph(X, 5, pri)
+    t0 = time.perf_counter()
+    res = model.fit("vmp")
+    t_vmp = time.perf_counter() - t0
+    vmp_sweeps = int(res.n_iter)
+    r, params = G.blrgraph_params(nodes)
+    L_vmp = G.evaluate_elbo(X, r, params, pri)
+    print(f"svi-gmm: batch fit('vmp') full ELBO {L_vmp:.2f} ({res.n_iter} sweeps, {t_vmp:.1f} s)", flush=True)
+    for B in [int(b) for b in args.svi_batch.split(",")]:
+        for seed in range(args.svi_seeds):
+            model, nodes = G.build_blrgraph(X, 5, pri)
+            t0 = time.perf_counter()
+            res = model.fit("svi", batch_size=B, epochs=3, seed=seed, **extra)
+            t = time.perf_counter() - t0
+            r, params = G.blrgraph_params(nodes)
+            L_svi = G.evaluate_elbo(X, r, params, pri)
+            gap = (L_vmp - L_svi) / abs(L_vmp)
+            rows.append({"batch_size": B, "seed": seed, "elbo": L_svi, "gap": gap, "time": t,
+                         "steps": int(res.n_iter)})
+            print(f"svi-gmm B={B} seed {seed}: full ELBO {L_svi:.2f}, gap {100 * gap:.3f}% ({t:.1f} s, "
+                  f"{res.n_iter} steps)", flush=True)
+    out["svi_gmm"] = {"vmp_elbo": L_vmp, "vmp_sweeps": vmp_sweeps, "options": extra, "vmp_time": t_vmp, "runs": rows}
+
+
+# =========================================================================================
+# report
+# =========================================================================================
+def report(out):
+    print("\n# Defaults: blrgraph vs scikit-learn\n")
+    print(C.machine_markdown(out["machine"]))
+    for name, d in out.get("gmm", {}).items():
+        print(f"\n### GMM, {name}: {d['desc']}, K={d['K']}, restarts/n_init={out['restarts']}\n")
+        rows = []
+        for i, rp in enumerate(d["repeats"]):
+            b, s = rp["blr"], rp["sk"]
+            rows.append([i, f"{b['elbo']:.3f}", f"{s['elbo']:.3f}", f"{b['elbo'] - s['elbo']:+.3f}",
+                         f"{b['ari']:.3f}", f"{s['ari']:.3f}", f"{b['time']:.2f} s ({b['sweeps_total']} sweeps)",
+                         f"{s['time']:.2f} s ({s['n_iter']} it, conv {s['converged']})",
+                         "yes" if b["elbo"] >= s["elbo"] - 1e-6 * abs(s["elbo"]) and b["ari"] >= s["ari"] - 1e-9
+                         else "no"])
+        print(C.md_table(["seed", "blrgraph full ELBO", "sklearn full ELBO", "difference",
+                          "blrgraph ARI", "sklearn ARI", "blrgraph time", "sklearn time", "ELBO >= and ARI >="],
+                         rows))
+        r0 = d["repeats"][0]["blr"]
+        print(f"\nblrgraph restart ELBOs (seed 0): {', '.join(f'{x:.3f}' for x in r0['restart_elbos'])}")
+    for name, rows in out.get("lda", {}).items():
+        print(f"\n### LDA {name}\n")
+        tab = []
+        for row in rows:
+            sk, b, r = row["sklearn"], row["blrgraph"], row["reached"]
+            tab.append([row.get("seed", 0), json.dumps(row.get("options") or {}) or "none",
+                        f"{sk['time']:.2f} s", f"{sk['ll']:.4f}",
+                        "not reached" if r is None else f"{r['time']:.2f} s (it {r['iter']})",
+                        "-" if r is None else f"**{C.fmt_x(row['ratio_wall'])}** ({C.fmt_x(row['ratio_cpu'])})",
+                        f"{b['final_ll']:.4f} ({b['n_iter']} it, {b['time_total']:.1f} s)", f"{row['best_ll']:.4f}",
+                        "-" if sk.get("recovery") is None else f"{sk['recovery'][0]:.3f}",
+                        "-" if b.get("recovery") is None else f"{b['recovery'][0]:.3f}"])
+        print(C.md_table(["seed", "blrgraph options", "sklearn time", "sklearn held-out ll", "blrgraph time to reach it",
+                          "sklearn / blrgraph time, wall (CPU)", "blrgraph final ll (iterations, time)",
+                          "blrgraph best ll", "sklearn topic cos", "blrgraph topic cos"], tab))
+    if "svi_gmm" in out:
+        s = out["svi_gmm"]
+        print(f"\n### SVI GMM 200k x 2, K=5, 3 epochs, options {s.get('options') or 'none'}; batch fit('vmp') full ELBO {s['vmp_elbo']:.2f} "
+              f"({s['vmp_sweeps']} sweeps, {s['vmp_time']:.1f} s)\n")
+        print(C.md_table(["batch_size", "seed", "SVI full ELBO", "gap to batch VMP", "time", "steps"],
+                         [[r["batch_size"], r["seed"], f"{r['elbo']:.2f}", f"{100 * r['gap']:.3f}%",
+                           f"{r['time']:.1f} s", r["steps"]] for r in s["runs"]]))
+    print(f"\ncommand: `{out['command']}`")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="gmm,lda,lee,svi-gmm,svi-lda")
+    ap.add_argument("--gmm-data", default="synthetic,iris,wine,breast_cancer")
+    ap.add_argument("--restarts", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3, help="GMM: repeats (seeds 0..n-1), interleaved")
+    ap.add_argument("--lda-repeats", type=int, default=1,
+                    help="LDA: runs with seed i for blrgraph and random_state i for sklearn, i < n")
+    ap.add_argument("--lda-options", help="LDA: extra fit options as JSON (for experiments; "
+                                          "the targets use none)")
+    ap.add_argument("--lda-max-sweeps", type=int, default=40)
+    ap.add_argument("--lee-topics", type=int, default=10)
+    ap.add_argument("--svi-batch", default="1000")
+    ap.add_argument("--svi-seeds", type=int, default=3)
+    ap.add_argument("--svi-options", help="SVI GMM: extra fit options as JSON (for experiments)")
+    ap.add_argument("--svi-max-epochs", type=int, default=20, help="SVI LDA: stop after this many epochs")
+    ap.add_argument("--blas-threads", type=int)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    _limits = C.limit_blas(args.blas_threads)  # noqa: F841
+    out = {"benchmark": "defaults", "command": C.command_line(), "machine": C.machine_info(),
+           "restarts": args.restarts, "errors": {}}
+    for part in args.parts.split(","):
+        try:
+            if part == "gmm":
+                part_gmm(args, out)
+            elif part in ("lda", "lee", "svi-lda"):
+                part_lda(args, out, part)
+            elif part == "svi-gmm":
+                part_svi_gmm(args, out)
+            else:
+                raise ValueError(f"unknown part {part!r}")
+        except Exception as e:  # noqa: BLE001 - keep the other parts' numbers
+            import traceback
+            traceback.print_exc()
+            out["errors"][part] = f"{type(e).__name__}: {e}"
+        C.write_json(args.json and args.json + ".partial", out) if args.json else None
+    report(out)
+    C.write_json(args.json, out)
+
+
+if __name__ == "__main__":
+    main()
