@@ -171,16 +171,25 @@ def kmeans_responsibilities(model, z, K, rng, lloyd=True):
 
 
 def _seeds(X, w, K, rng):
+    """Greedy k-means++ (as scikit-learn's KMeans seeds): each new centre is the best, by
+    the weighted sum of squared distances to the nearest centre, of 2 + log K candidates
+    drawn with probability proportional to that squared distance."""
     n = X.shape[0]
+    trials = 2 + int(np.log(K))
     centres = np.empty((K, X.shape[1]))
     centres[0] = X[rng.choice(n, p=w / w.sum())]
     d2 = np.sum((X - centres[0]) ** 2, axis=1)
+    sq = np.sum(X * X, axis=1)
     for k in range(1, K):
         p = w * d2
         if p.sum() <= 0:  # fewer distinct points than components: draw among the observed
             p = w
-        centres[k] = X[rng.choice(n, p=p / p.sum())]
-        d2 = np.minimum(d2, np.sum((X - centres[k]) ** 2, axis=1))
+        cand = rng.choice(n, size=trials, p=p / p.sum())
+        dc = np.maximum(sq[None, :] - 2.0 * X[cand] @ X.T + sq[cand][:, None], 0.0)
+        new = np.minimum(d2[None, :], dc)
+        best = int(np.argmin(new @ w))
+        centres[k] = X[cand[best]]
+        d2 = new[best]
     return centres
 
 
