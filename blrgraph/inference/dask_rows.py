@@ -369,7 +369,7 @@ class DaskView(DataView):
         """Centres of k-means (k-means++ seeds, then Lloyd's iterations) on
         :data:`KMEANS_SAMPLE` rows drawn at random (read from the chunks), with the
         standardisation of their features."""
-        from .starts import KMEANS_MAX_ITER, _nearest, _seeds
+        from .starts import kmeans
         N, K = self.structure.N, z.nat[0].shape[-1]
         rows = np.sort(self.rng.choice(N, min(N, KMEANS_SAMPLE), replace=False))
         with RowView(self.model, self.structure, rows):
@@ -378,18 +378,7 @@ class DaskView(DataView):
         if np.count_nonzero(w) < K:
             raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries "
                              f"in the sample")
-        MX, MX2 = M * X, (M * X * X).sum(1)
-        C = _seeds(X, w, K, self.rng)
-        labels = _nearest(MX, MX2, M, C)
-        for _ in range(KMEANS_MAX_ITER if lloyd else 0):
-            R = np.zeros((X.shape[0], K))
-            R[np.arange(X.shape[0]), labels] = w
-            num, den = R.T @ MX, R.T @ M
-            C = np.where(den > 0, num / np.maximum(den, 1e-300), C)
-            new = _nearest(MX, MX2, M, C)
-            if np.array_equal(new, labels):
-                break
-            labels = new
+        _, C = kmeans(X, M, w, K, self.rng, lloyd)
         return ("kmeans", C, scale)
 
     # ---- the three questions of the seam ----------------------------------------------

@@ -152,6 +152,16 @@ def kmeans_responsibilities(model, z, K, rng, lloyd=True):
     w = (M.max(axis=1) > 0).astype(float)
     if np.count_nonzero(w) < K:
         raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries")
+    labels, _ = kmeans(X, M, w, K, rng, lloyd)
+    r = np.zeros((X.shape[0], K))
+    r[np.arange(X.shape[0]), labels] = 1.0
+    r[w == 0] = 1.0 / K
+    return r.reshape(tuple(z.plates) + (K,))
+
+
+def kmeans(X, M, w, K, rng, lloyd=True):
+    """(labels, centres) of k-means on rows X with cell mask M and row weights w: greedy
+    k-means++ seeds, then (``lloyd``) Lloyd's iterations until no row changes cluster."""
     MX, MX2 = M * X, (M * X * X).sum(1)
     C = _seeds(X, w, K, rng)
     labels = _nearest(MX, MX2, M, C)
@@ -164,10 +174,7 @@ def kmeans_responsibilities(model, z, K, rng, lloyd=True):
         if np.array_equal(new, labels):
             break
         labels = new
-    r = np.zeros((X.shape[0], K))
-    r[np.arange(X.shape[0]), labels] = 1.0
-    r[w == 0] = 1.0 / K
-    return r.reshape(tuple(z.plates) + (K,))
+    return labels, C
 
 
 def _seeds(X, w, K, rng):
