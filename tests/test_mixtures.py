@@ -122,9 +122,12 @@ def test_poisson_mixture_seed(poisson_data):
     x, _ = poisson_data
     f1 = fit_poisson(x, seed=5, max_iter=20)[0]
     f2 = fit_poisson(x, seed=5, max_iter=20)[0]
-    f3 = fit_poisson(x, seed=6, max_iter=20)[0]
     np.testing.assert_array_equal(f1.elbo_trace, f2.elbo_trace)
-    assert f1.elbo_trace[0] != f3.elbo_trace[0]
+    # the seed draws the random start (the default k-means start may reach the same
+    # clustering from different seeds)
+    r1 = fit_poisson(x, seed=5, max_iter=20, init="random")[0]
+    r3 = fit_poisson(x, seed=6, max_iter=20, init="random")[0]
+    assert r1.elbo_trace[0] != r3.elbo_trace[0]
 
 
 # ---- Bernoulli ----------------------------------------------------------------------------

@@ -90,9 +90,12 @@ def plan_run(model, method, opts, structure):
                          f"local block to iterate; drop local_iters")
     block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart)
     starts = check_init(model, opts.init, structure.assignments)
+    points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
             starts[z] = _default_init(model, method, structure, z)
+            if points:
+                starts[z] = starts[z].softened()
     if method.stochastic:
         rows = _minibatches(model, structure, opts)
         budget = opts.max_steps or opts.max_iter or (opts.epochs or 5) * rows.per_epoch
@@ -102,7 +105,7 @@ def plan_run(model, method, opts, structure):
         rows, warmup = AllRows(model, structure), 0
         budget = opts.max_iter or (1 if method.one_pass else 1000)
     plan = Plan(method=method, structure=structure, block=block, rows=rows,
-                points=set(resolve_points(model, method, opts.point, structure)),
+                points=points,
                 starts=starts, max_iter=budget, tol=opts.tol, callback=opts.callback,
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)

@@ -64,7 +64,21 @@ def _responsibilities(z, value):
 
 class Default(str):
     """A start chosen by the scheduler, not the user: where it cannot work (k-means with
-    no observed data below the assignments) the random start is used instead."""
+    no observed data below the assignments) the random start is used instead; with point
+    masses (``soft``) its one-hot responsibilities keep a trace (1e-3) of every component,
+    so that the first MAP step never puts a weight or a category probability on the
+    boundary of its support (a zero count under a prior concentration of 1)."""
+
+    soft = False
+
+    def softened(self):
+        d = Default(self)
+        d.soft = True
+        return d
+
+
+#: the share of a soft default start spread evenly over the components
+SOFT = 1e-3
 
 
 def start_assignment(model, z, rng, init):
@@ -72,9 +86,13 @@ def start_assignment(model, z, rng, init):
     K = z.nat[0].shape[-1]
     if isinstance(init, Default):
         try:
-            return start_assignment(model, z, rng, str(init))
+            start_assignment(model, z, rng, str(init))
         except ValueError:
-            init = "random"
+            return start_assignment(model, z, rng, "random")
+        if init.soft:
+            r = (1.0 - SOFT) * np.exp(z.nat[0]) + SOFT / K
+            z.set_natural((np.log(r),))
+        return
     if isinstance(init, np.ndarray):
         r = init
     elif init in ("kmeans", "kmeans++"):
