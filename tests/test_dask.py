@@ -268,3 +268,23 @@ def test_read_table_refuses_text_columns_and_unknown_columns(client, tmp_path):
         io_dask.read_table(d, columns=["q"])
     X = io_dask.read_table(d, columns=["a"])
     assert X.compute().tolist() == [[1.0], [2.0]]
+
+
+def test_a_checkpoint_of_a_dask_fit_holds_the_global_state_only(client, tmp_path):
+    """save() after a fit on Dask writes the global nodes (pi, theta), not the N x K
+    responsibilities; load() into a model on the same data restores them exactly and
+    leaves z at its prior given them (it is refitted by the next sweep)."""
+    X, R0 = gmm_data()
+    m = gmm(da.from_array(X, chunks=(150, 3)))
+    m.fit("vmp", init=R0, max_iter=8)
+    path = m.save(tmp_path / "fit.npz")
+    with np.load(path) as f:
+        assert not any(k.startswith("nat/z/") for k in f.files)
+        assert any(k.startswith("nat/theta/") for k in f.files)
+        assert os.path.getsize(path) < 20_000      # no (N, K) arrays
+    m2 = gmm(da.from_array(X, chunks=(150, 3)))
+    m2.load(path)
+    for a, b in zip(m2["theta"].nat, m["theta"].nat):
+        np.testing.assert_array_equal(a, b)
+    assert m2["theta"].fitted and not m2["z"].fitted
+    np.testing.assert_allclose(m2["z"].nat[0], m2["z"].prior_natural()[0], rtol=0, atol=0)

@@ -48,17 +48,32 @@ def _jsonable_rng(state):
     return json.loads(json.dumps(state, default=plain))
 
 
+def _omitted(model):
+    """Local nodes a checkpoint leaves out: with data streamed from disk or held on Dask,
+    the per-row posteriors are not kept (they are refitted from the global state), so a
+    checkpoint holds the global state only."""
+    if not any(n.source is not None for n in model.observed):
+        return []
+    from .structure import Structure
+    return list(Structure(model).local)
+
+
 def save(model, path):
-    """Write the model's posterior and fit state to ``path`` (a ``.npz`` file)."""
+    """Write the model's posterior and fit state to ``path`` (a ``.npz`` file); for data
+    streamed or on Dask, the global nodes' posterior only (:func:`_omitted`)."""
     arrays = {}
+    omitted = _omitted(model)
     for n in model.latent:
+        if n in omitted:
+            continue
         for i, a in enumerate(n.nat):
             arrays[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
         if getattr(n.family, "shift", None) is not None:   # the coordinates of nat (centring)
             arrays[f"shift/{n.name}"] = np.array(n.family.shift, dtype=float)
     meta = {"format": FORMAT, "version": VERSION, "nodes": _signature(model),
             "point": [n.name for n in model.latent if n.point],
-            "fitted": [n.name for n in model.latent if n.fitted], "svi": None, "fit": None}
+            "fitted": [n.name for n in model.latent if n.fitted], "svi": None, "fit": None,
+            "omitted": [n.name for n in omitted]}
     state = getattr(model, "svi_state", None)
     if state is not None:
         if state.get("perm") is not None:
@@ -143,7 +158,13 @@ def load(model, path):
             raise ValueError(f"{path}: the checkpoint metadata is invalid: '{key}' names "
                              f"{unknown}, which are not latent nodes of this model")
     new = {}
+    omitted = meta.get("omitted") or []
+    if not isinstance(omitted, list) or not set(omitted) <= set(mine):
+        raise _invalid(path, f"'omitted' must list latent nodes of this model, got "
+                             f"{str(omitted)[:80]}")
     for n in model.latent:
+        if n.name in omitted:
+            continue
         arrs = [data.get(f"nat/{n.name}/{i}") for i in range(len(n.nat))]
         if any(a is None for a in arrs):
             raise ValueError(f"{path}: the checkpoint lacks natural parameters of node '{n.name}'")
@@ -165,6 +186,10 @@ def load(model, path):
         n.set_natural(nat)
         n.point = n.name in meta["point"]
         n.fitted = n.name in meta["fitted"]
+    for n in model.latent:           # not in the file: back to the prior given the globals
+        if n.name in omitted:
+            n.set_natural(n.prior_natural())
+            n.point, n.fitted = False, False
     model.svi_state = svi
     return model
 
