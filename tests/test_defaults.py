@@ -236,3 +236,13 @@ def test_svi_tau_and_kappa_set_the_robbins_monro_steps():
         traces.append(m.fit("svi", batch_size=50, epochs=2, seed=0, **opts).elbo_trace)
     assert not np.array_equal(traces[0], traces[1])
     assert not np.array_equal(traces[0], traces[2])
+
+
+def test_a_mixture_of_non_conjugate_components_is_refused_by_vmp():
+    """A Mixture is conjugate only when its component is (it was accepted by vmp)."""
+    lg = bg.Normal(0.0, 1.0, plates=(2,), name="lg")
+    z = bg.Categorical(np.ones(2) / 2, plates=(40,), name="z")
+    y = bg.Mixture(z, bg.Bernoulli, logits=lg, name="y").observe(np.arange(40) % 2)
+    assert not y.factor.conjugate
+    with pytest.raises(ValueError, match="non-conjugate factor.*ncvmp"):
+        bg.Model(y).fit("vmp")

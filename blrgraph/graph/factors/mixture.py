@@ -75,6 +75,16 @@ class MixtureFactor(Conditional):
     def selector(self):
         return self.parents[0]
 
+    @property
+    def conjugate(self):
+        """A mixture is conjugate when its component is (a non-conjugate component needs
+        fit('ncvmp'))."""
+        return self.component.conjugate
+
+    @property
+    def elbo_is_estimate(self):
+        return self.component.elbo_is_estimate
+
     def _aligned(self, zplates, n):
         """z's plates and the component parameters' plates (without K), right-aligned
         to ``n`` axes (numpy broadcasting); None if either has more than n axes."""
