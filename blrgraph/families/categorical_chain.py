@@ -215,3 +215,50 @@ def viterbi(log_unary, log_trans, lengths=None):
         if t > 0:
             cur = np.where(live, back[np.arange(S), t, cur], cur)
     return path
+
+
+def sample_paths(log_unary, log_trans, lengths=None, rng=None, size=()):
+    """Exact draws of whole state paths from q (forward filtering, backward sampling).
+
+    log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) or None (all T);
+    ``size`` a tuple of leading draw axes. Returns ints of shape size + (S, T); steps
+    t >= L_s (after a sequence's end) hold -1, as in :func:`viterbi`. The forward pass
+    keeps the normalised filter log alpha_t (S, T, K) in log space (O(T K^2) per
+    sequence, any potentials); the backward pass draws z_{L-1} from alpha_{L-1} and
+    z_{t-1} | z_t from alpha_{t-1}(i) exp(P[i, z_t]), vectorised over draws and
+    sequences (one inverse-CDF draw per step, O(T K) per path)."""
+    U, P, L = _check(log_unary, log_trans, lengths)
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    size = tuple(int(s) for s in size)
+    S, T, K = U.shape
+    Pm = P.reshape((-1, K, K))                                       # (1 or S, K, K)
+    la = np.empty((S, T, K))
+    la[:, 0] = U[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        la[:, 0] -= logsumexp(la[:, 0], axis=-1, keepdims=True)
+        for t in range(1, T):
+            a = logsumexp(la[:, t - 1, :, None] + Pm, axis=1) + U[:, t]
+            la[:, t] = a - logsumexp(a, axis=-1, keepdims=True)
+    bad = np.isnan(la).any(-1) & (np.arange(T)[None, :] < L[:, None])
+    if np.any(bad):
+        s = int(np.flatnonzero(bad.any(1))[0])
+        raise ValueError(f"sample_paths: the potentials of sequence {s} give it no path of "
+                         f"positive probability (its forward filter is not finite)")
+    # the column K of the extended transition is 0: "no next state" (the sequence's last
+    # step draws from its filter alone)
+    Pe = np.concatenate([Pm, np.zeros(Pm.shape[:2] + (1,))], axis=2)
+    PeT = np.ascontiguousarray(np.swapaxes(Pe, 1, 2))                  # (1 or S, K + 1, K)
+    n = int(np.prod(size, dtype=int))
+    seq = np.arange(S)[None, :] if PeT.shape[0] == S else np.zeros((1, S), dtype=np.intp)
+    out = np.full((n, S, T), -1, dtype=np.intp)
+    nxt = np.full((n, S), -1, dtype=np.intp)
+    with np.errstate(invalid="ignore"):   # steps after a sequence's end: drawn, then cut
+        for t in range(T - 1, -1, -1):
+            logits = la[None, :, t, :] + PeT[seq, nxt]                # (n, S, K)
+            w = np.exp(logits - np.max(logits, axis=-1, keepdims=True))
+            cum = np.cumsum(w, axis=-1)
+            u = rng.random((n, S)) * cum[..., -1]
+            cur = np.minimum(np.sum(cum <= u[..., None], axis=-1), K - 1)
+            nxt = np.where((t < L)[None, :], cur, -1)
+            out[:, :, t] = nxt
+    return out.reshape(size + (S, T))

@@ -22,7 +22,7 @@ import operator
 import numpy as np
 
 from ..families.categorical import Categorical as CategoricalFamily
-from ..families.categorical_chain import forward_backward, viterbi
+from ..families.categorical_chain import forward_backward, sample_paths, viterbi
 from ..families.dirichlet import Dirichlet as DirichletFamily
 from .factors.base import Conditional, Slot
 from .node import Stochastic
@@ -113,7 +113,9 @@ class ChainPosterior:
     ``lengths``: each sequence's length (from its children's masks);
     ``log_normaliser``: log Z of each chain; ``entropy()``: H[q] of each chain;
     ``viterbi()``: the most probable state path under q (seq plates + (T,), -1 after a
-    sequence's end)."""
+    sequence's end); ``sample(size, seed)``: exact draws of whole paths from q (forward
+    filtering, backward sampling), shape (size,) + the node's plates, -1 after a
+    sequence's end."""
 
     def __init__(self, node):
         self.node = node
@@ -125,6 +127,7 @@ class ChainPosterior:
         self.lengths = st.lengths.reshape(seq)
         self.log_normaliser = st.log_z.reshape(seq)
         self._entropy = node.entropy()
+        self._potentials = node._potentials()   # (U, P, lengths) of this q
 
     @property
     def mean(self):
@@ -138,8 +141,21 @@ class ChainPosterior:
         return self._entropy
 
     def viterbi(self):
-        U, P, L = self.node._potentials()
+        U, P, L = self._potentials
         return viterbi(U, P, L).reshape(self.node.seq_plates + (self.node.length,))
+
+    def sample(self, size=None, seed=None):
+        """Whole state paths drawn from q: ints of shape (size,) + the node's plates
+        (seq plates + (T,), + (1,) with ``columns=True``; no leading axis for size=None).
+        Exact draws by forward filtering, backward sampling
+        (families/categorical_chain.py ``sample_paths``): z_{L-1} from the filter, then
+        z_{t-1} | z_t back to t = 0. The steps after a sequence's end (t >= its length,
+        the masked trailing steps) belong to no chain and hold -1, as in ``viterbi()``.
+        ``seed``: an int, None or a numpy Generator."""
+        U, P, L = self._potentials
+        lead = () if size is None else ((int(size),) if np.ndim(size) == 0 else tuple(size))
+        paths = sample_paths(U, P, L, rng=seed, size=lead)
+        return paths.reshape(lead + tuple(self.node.plates))
 
     def __repr__(self):
         return (f"<Posterior of {self.node.label()}: Markov chain, T={self.node.length}, "

@@ -208,7 +208,9 @@ class GaussianMarkovChain(Stochastic):
     MultivariateNormal moments (``MultivariateNormal(chain, R).observe(Y)`` with Y of
     shape (S, T, D)). q is the exact Gaussian over each sequence (Kalman filter /
     RTS smoother): ``posterior.mean`` (S, T, D), ``posterior.cov`` (S, T, D, D)
-    marginal covariances, ``posterior.cross_cov`` Cov(x_t, x_{t-1}). See the module
+    marginal covariances, ``posterior.cross_cov`` Cov(x_t, x_{t-1}),
+    ``posterior.sample(size, seed)`` whole sequences drawn from q (backward sampling,
+    families/gaussian_markov_chain.py), shape (size,) + plates + (D,). See the module
     docstring for the parents' forms and docs/kalman.md for the model."""
 
     def __init__(self, mean0, precision0, A, noise_precision, length=None, plates=None, name=None):
