@@ -25,7 +25,7 @@ import numpy as np
 
 from .families import FAMILIES
 from .graph.node import Posterior
-from .inference.checkpoint import _digest
+from .inference.checkpoint import _digest, read_npz
 from .inference.jsonify import plain as _plain
 
 FORMAT = "blrgraph-fit"
@@ -139,15 +139,7 @@ class SavedFit:
 
 def load_fit(path):
     """Read a file written by :func:`save_fit` (ValueError if it is not one or is corrupt)."""
-    import zipfile
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ValueError(f"{path}: not a readable blrgraph fit (corrupt or not an .npz file: {e})") \
-            from None
+    data = read_npz(path, "fit")
     if _META not in data:
         raise ValueError(f"{path}: not a blrgraph fit file (no metadata)")
     try:

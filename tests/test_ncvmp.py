@@ -137,7 +137,8 @@ def test_rho_one_and_user_rho_reach_the_same_fixed_point():
 
 @pytest.mark.parametrize("kind", ["logistic", "poisson"])
 def test_message_is_the_mu_gradient_of_the_expected_loglik(kind):
-    """STYLE.md identity: message to a Normal parent = d E[log p] / d (E[a], E[a^2])."""
+    """The message identity (docs/math.md §3): message to a Normal parent
+    = d E[log p] / d (E[a], E[a^2])."""
     rng = np.random.default_rng(0)
     N = 7
     m, v = rng.normal(size=N), rng.uniform(0.1, 2.0, size=N)

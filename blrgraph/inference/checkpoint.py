@@ -93,15 +93,20 @@ def save(model, path):
     return path
 
 
-def _read(path):
+def read_npz(path, what="checkpoint"):
+    """Every array of an .npz file (no pickle); ValueError naming ``what`` if it is not one."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
+            return {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
-        raise ValueError(f"{path}: not a readable blrgraph checkpoint (corrupt or not an .npz "
+        raise ValueError(f"{path}: not a readable blrgraph {what} (corrupt or not an .npz "
                          f"file: {e})") from None
+
+
+def _read(path):
+    data = read_npz(path)
     if _META not in data:
         raise ValueError(f"{path}: not a blrgraph checkpoint (no metadata)")
     try:
