@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 import warnings
@@ -46,7 +45,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
 
 import bench_gmm as G  # noqa: E402
 import bench_lda as L  # noqa: E402
@@ -57,17 +55,7 @@ import bench_lda as L  # noqa: E402
 # =========================================================================================
 def synthetic_gmm(N=3000, D=3, K=5, seed=0):
     """bench_gmm.make_data's recipe, keeping the labels."""
-    rng = np.random.default_rng(1000 + seed)
-    means = rng.normal(0.0, 6.0, size=(K, D))
-    weights = rng.dirichlet(5.0 * np.ones(K))
-    labels = rng.choice(K, size=N, p=weights)
-    X = np.empty((N, D))
-    for k in range(K):
-        A = rng.normal(size=(D, D)) * 0.6
-        cov = A @ A.T + 0.5 * np.eye(D)
-        idx = np.flatnonzero(labels == k)
-        X[idx] = means[k] + rng.standard_normal((len(idx), D)) @ np.linalg.cholesky(cov).T
-    return X, labels
+    return G.make_data(N, D, K, seed=seed, return_labels=True)
 
 
 def gmm_datasets(names):
@@ -172,21 +160,7 @@ def lee_corpus(heldout=0.1, seed=0, min_df=2):
 
 
 def split_counts(counts, heldout, seed):
-    rng = np.random.default_rng(seed)
-    n_docs, V = counts.shape
-    n_held = int(round(heldout * n_docs))
-    is_held = np.zeros(n_docs, bool)
-    is_held[rng.permutation(n_docs)[:n_held]] = True
-    obs = np.zeros((n_held, V))
-    ev = np.zeros((n_held, V))
-    for i, d in enumerate(np.flatnonzero(is_held)):
-        tokens = np.repeat(np.arange(V), counts[d])
-        rng.shuffle(tokens)
-        h = len(tokens) // 2
-        obs[i] = np.bincount(tokens[:h], minlength=V)
-        ev[i] = np.bincount(tokens[h:], minlength=V)
-    return {"train": sp.csr_matrix(counts[~is_held].astype(float)), "held_obs": sp.csr_matrix(obs),
-            "held_eval": sp.csr_matrix(ev), "phi_true": None}
+    return L.split_heldout(counts, heldout, np.random.default_rng(seed)) | {"phi_true": None}
 
 
 def lda_default_run(corpus, K, alpha, eta, method, fit_kw, max_sweeps, eval_every=1, seed=0):

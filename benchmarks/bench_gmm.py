@@ -48,9 +48,10 @@ LOG2PI = np.log(2.0 * np.pi)
 # =========================================================================================
 # data and priors
 # =========================================================================================
-def make_data(N, D, K, seed=0):
+def make_data(N, D, K, seed=0, return_labels=False):
     """N points from a K-component Gaussian mixture in D dimensions (random means with
-    spread 6, random covariances with eigenvalues ~ 0.5-3, Dirichlet(5) weights)."""
+    spread 6, random covariances with eigenvalues ~ 0.5-3, Dirichlet(5) weights); with
+    ``return_labels`` also each point's component."""
     rng = np.random.default_rng(1000 + seed)
     means = rng.normal(0.0, 6.0, size=(K, D))
     weights = rng.dirichlet(5.0 * np.ones(K))
@@ -61,7 +62,7 @@ def make_data(N, D, K, seed=0):
         cov = A @ A.T + 0.5 * np.eye(D)
         idx = np.flatnonzero(labels == k)
         X[idx] = means[k] + rng.standard_normal((len(idx), D)) @ np.linalg.cholesky(cov).T
-    return X
+    return (X, labels) if return_labels else X
 
 
 def make_priors(X, alpha0=1.0, beta0=1.0, dof_extra=2.0):

@@ -60,21 +60,26 @@ def make_corpus(n_docs, V, K, doc_len, alpha, eta, heldout=0.1, seed=0):
     for d in range(n_docs):
         nk = rng.multinomial(doc_len, theta[d])
         counts[d] = rng.multinomial(nk, phi).sum(0)
+    return split_heldout(counts, heldout, rng) | {"phi_true": phi}
+
+
+def split_heldout(counts, heldout, rng):
+    """Train counts (csr) and, for a ``heldout`` share of the documents drawn by ``rng``,
+    their tokens split at random into an observed and an evaluated half (csr)."""
+    n_docs, V = counts.shape
     n_held = int(round(heldout * n_docs))
-    held = rng.permutation(n_docs)[:n_held]
     is_held = np.zeros(n_docs, bool)
-    is_held[held] = True
-    obs = np.zeros((n_held, V), dtype=np.int64)
-    ev = np.zeros((n_held, V), dtype=np.int64)
+    is_held[rng.permutation(n_docs)[:n_held]] = True
+    obs = np.zeros((n_held, V))
+    ev = np.zeros((n_held, V))
     for i, d in enumerate(np.flatnonzero(is_held)):
         tokens = np.repeat(np.arange(V), counts[d])
         rng.shuffle(tokens)
         h = len(tokens) // 2
         obs[i] = np.bincount(tokens[:h], minlength=V)
         ev[i] = np.bincount(tokens[h:], minlength=V)
-    train = sp.csr_matrix(counts[~is_held].astype(float))
-    return {"train": train, "held_obs": sp.csr_matrix(obs.astype(float)),
-            "held_eval": sp.csr_matrix(ev.astype(float)), "phi_true": phi}
+    return {"train": sp.csr_matrix(counts[~is_held].astype(float)), "held_obs": sp.csr_matrix(obs),
+            "held_eval": sp.csr_matrix(ev)}
 
 
 # =========================================================================================

@@ -139,13 +139,7 @@ class SavedFit:
 
 def load_fit(path):
     """Read a file written by :func:`save_fit` (ValueError if it is not one or is corrupt)."""
-    data = read_npz(path, "fit")
-    if _META not in data:
-        raise ValueError(f"{path}: not a blrgraph fit file (no metadata)")
-    try:
-        info = json.loads(bytes(data.pop(_META)).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError(f"{path}: the metadata of the fit file are corrupt") from None
+    info, data = read_npz(path, "fit file")
     if info.get("format") != FORMAT:
         hint = " (a checkpoint: use model.load)" if info.get("format") == "blrgraph-checkpoint" else ""
         raise ValueError(f"{path}: not a blrgraph fit file{hint}; write one with "

@@ -94,25 +94,27 @@ def save(model, path):
 
 
 def read_npz(path, what="checkpoint"):
-    """Every array of an .npz file (no pickle); ValueError naming ``what`` if it is not one."""
+    """(JSON metadata, the other arrays) of an .npz file written with its metadata under
+    ``__meta__`` (no pickle); ValueError naming ``what`` if it is not one."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            data = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
         raise ValueError(f"{path}: not a readable blrgraph {what} (corrupt or not an .npz "
                          f"file: {e})") from None
-
-
-def _read(path):
-    data = read_npz(path)
     if _META not in data:
-        raise ValueError(f"{path}: not a blrgraph checkpoint (no metadata)")
+        raise ValueError(f"{path}: not a blrgraph {what} (no metadata)")
     try:
         meta = json.loads(bytes(data.pop(_META)).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError(f"{path}: the checkpoint metadata is corrupt") from None
+        raise ValueError(f"{path}: the {what} metadata is corrupt") from None
+    return meta, data
+
+
+def _read(path):
+    meta, data = read_npz(path)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path}: not a blrgraph checkpoint (format {meta.get('format')!r})")
     if meta.get("version") != VERSION:
