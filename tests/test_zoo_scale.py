@@ -7,20 +7,14 @@ the fit invariant to column scale, so a coefficient of 3e8 on a 1e-8-scale colum
 """
 from __future__ import annotations
 
-import importlib.util
-import pathlib
+import importlib
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 
 def _zoo(name):
-    spec = importlib.util.spec_from_file_location(f"zoo_{name}", ROOT / "models" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"blrgraph.zoo.{name}")   # the installed models/
 
 
 def _two_clusters(N=200, seed=0):
