@@ -93,7 +93,9 @@ def plan_run(model, method, opts, structure):
     points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
-            starts[z] = _default_init(model, method, structure, z)
+            # the structure's start (kmeans / diffuse); a k-means start with no data to
+            # work on falls back to random (starts.Default)
+            starts[z] = Default(default_start(structure, z))
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
@@ -112,12 +114,6 @@ def plan_run(model, method, opts, structure):
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
-
-
-def _default_init(model, method, structure, z):
-    """The structure's start (kmeans / diffuse); as a default, a k-means start that has
-    no data to work on falls back to random (:class:`~.starts.Default`)."""
-    return Default(default_start(structure, z))
 
 
 def _minibatches(model, structure, opts):
