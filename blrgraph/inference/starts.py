@@ -8,7 +8,8 @@ that breaks the symmetry between components (docs/scheduler.md, "Starts").
 * ``"kmeans++"``: the k-means++ seeds only (one-hot to the nearest seed).
 * ``"diffuse"`` (the default for per-entry mixture weights, e.g. LDA's z under
   theta[doc]): Dirichlet(10) responsibilities, close to uniform.
-* ``"random"``: Dirichlet(1) responsibilities.
+* ``"random"``: Dirichlet(1) responsibilities (with ``restarts=R`` and no ``init=``,
+  the default of a mixture over data in restarts 1, 2, 4, 5, ...: RESTART_STARTS).
 * an array (responsibilities of the one assignment node) or ``{node: array}``.
 """
 from __future__ import annotations
