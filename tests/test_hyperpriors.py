@@ -407,3 +407,35 @@ def test_dirichlet_alpha_refusals():
     p6 = bg.Dirichlet(alpha, plates=(2,), name="p6").observe(np.full((2, 3), 1 / 3))
     with pytest.raises(ValueError, match="'p6'.*use fit\\('ncvmp'\\)"):
         bg.Model(p6).fit("vmp")
+
+
+def test_scalar_random_shape_and_concentration_as_point_masses_are_mles():
+    """BayesPy's GammaShape is a maximum-likelihood shape: here a random Gamma shape, and
+    a random Dirichlet scale s (concentrations s * base), as point masses with a flat
+    Gamma(1, 1e-12) prior. The MLE written here (psi^-1 for the shape; scipy's brentq on
+    the score for s) is a fixed point of the engine's update to 1e-12, and the fits reach
+    it to 1e-6."""
+    from scipy import optimize
+    from scipy.special import digamma
+
+    from blrgraph.families.gamma import Gamma as GammaFamily
+    from blrgraph.inference.blr import blr_target
+    rng = np.random.default_rng(8)
+    N, b0, rate = 100, 1e-12, 2.0
+    x_data = rng.gamma(3.0, 1.0 / rate, size=N)
+    shape_mle = _invpsi(np.log(rate) + np.log(x_data).mean() - b0 / N)
+    base = np.array([1.0, 2.0, 3.0])
+    P = rng.dirichlet(4.0 * base, size=N)
+    score = lambda c: (base * np.log(P).mean(0)).sum() + base.sum() * digamma(c * base.sum()) \
+        - (base * digamma(c * base)).sum() - b0 / N                                     # noqa: E731
+    scale_mle = optimize.brentq(score, 0.05, 100.0, xtol=1e-15, rtol=1e-15)
+    for ref, build in ((shape_mle, lambda a: bg.Gamma(a, rate, plates=(N,), name="x").observe(x_data)),
+                       (scale_mle, lambda s: bg.Dirichlet(base, concentration=s, plates=(N,),
+                                                          name="p").observe(P))):
+        a = bg.Gamma(1.0, b0, name="a").start_from(2.0, 2.0)
+        model = bg.Model(build(a))
+        res = model.fit("ncvmp", point=[a], tol=0, max_iter=500)
+        assert res.converged and a.point
+        np.testing.assert_allclose(a.posterior.point, ref, rtol=1e-6)
+        a.set_natural((np.array(ref), np.array(-1.0)))
+        np.testing.assert_allclose(GammaFamily().mode(blr_target(model, a)), ref, rtol=1e-12)

@@ -148,6 +148,25 @@ def point_lgamma_mu_gradient(x, scale=1.0):
     return gammaln(cx), -t1 * x * x, c * digamma(cx) + t1 * x
 
 
+def is_point(la, a):
+    """Are Gamma moments (E log x, E x) those of a point mass (or data): log E x = E log x?
+    (A Gamma q has log E x - E log x = log alpha - psi(alpha) > 0.)"""
+    return bool(np.all(np.log(np.asarray(a, dtype=float)) - np.asarray(la, dtype=float) <= 0))
+
+
+def lgamma_mu_gradient(la, a, scale=1.0, grad=True):
+    """(E[log Gamma(c x)],) or (E[log Gamma(c x)], g1, g2) for x with Gamma moments
+    (la, a) = (E log x, E x): a Gamma q (:func:`expected_lgamma_mu_gradient`) or a point
+    mass (:func:`point_lgamma_mu_gradient`)."""
+    if is_point(la, a):
+        out = point_lgamma_mu_gradient(a, scale)
+    else:
+        alpha, beta = gamma_from_moments(la, a)
+        out = expected_lgamma_mu_gradient(alpha, beta, scale) if grad else \
+            expected_lgamma(alpha, beta, scale)
+    return out if grad else out[:1]
+
+
 #: trapezoid spacing in u = log t for :func:`expected_lgamma_sum` (the integrand is analytic
 #: in the strip |Im u| < pi/2, so the error is ~exp(-pi^2 / h): ~1e-21 at h = 0.2)
 SUM_STEP = 0.2
@@ -219,8 +238,7 @@ class GammaShapeFactor(Conditional):
 
     def expected_log_partition(self, u):
         (la, a), (lb, _) = u
-        alpha, beta = gamma_from_moments(la, a)
-        return expected_lgamma(alpha, beta)[0] - a * lb
+        return lgamma_mu_gradient(la, a, grad=False)[0] - a * lb
 
     def message(self, i, x, u, w, target):
         lx, ex = x.moments
@@ -228,8 +246,7 @@ class GammaShapeFactor(Conditional):
         (la, a), (lb, _) = u
         if i == 1:
             return (wsum(w, a + 0.0 * np.asarray(lx), **kw), -wsum(w, ex, **kw))
-        alpha, beta = gamma_from_moments(la, a)
-        _, g1, g2 = expected_lgamma_mu_gradient(alpha, beta)
+        _, g1, g2 = lgamma_mu_gradient(la, a)
         n = wsum(w, **kw)
         c = wsum(w, np.asarray(lx) + lb, **kw)
         return (-n * g1 + 0.0 * c, c - n * g2)
@@ -267,12 +284,10 @@ class DirichletConcentrationFactor(Conditional):
 
     def _terms(self, u, grad):
         (ls, s), = u
-        alpha, beta = gamma_from_moments(ls, s)
-        alpha, beta = alpha[..., None], beta[..., None]
+        ls, s = np.asarray(ls)[..., None], np.asarray(s)[..., None]
         M = self.base.sum(-1, keepdims=True)
-        f = expected_lgamma_mu_gradient if grad else (lambda a, b, c: expected_lgamma(a, b, c)[:1])
-        whole = f(alpha, beta, M)                       # E lgG(s M) (+ gradient)
-        parts = f(alpha, beta, self.base)               # E lgG(s m_k)
+        whole = lgamma_mu_gradient(ls, s, M, grad)              # E lgG(s M) (+ gradient)
+        parts = lgamma_mu_gradient(ls, s, self.base, grad)      # E lgG(s m_k)
         return [p.sum(-1) - w[..., 0] for p, w in zip(parts, whole)]   # E[A] and its gradient
 
     def expected_log_partition(self, u):
@@ -339,8 +354,7 @@ class DirichletAlphaFactor(Conditional):
         memo = self._memo
         if memo is not None and np.array_equal(memo[0], la) and np.array_equal(memo[1], a):
             return memo[2]
-        gap = np.log(a) - la
-        if np.all(gap <= 0):          # a point mass (or data): T at the point
+        if is_point(la, a):           # a point mass (or data): T at the point
             A = a.sum(-1, keepdims=True)
             parts = point_lgamma_mu_gradient(a)
             t1 = polygamma(1, A)            # the limit for f = log Gamma(sum_j alpha_j):
