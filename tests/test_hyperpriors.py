@@ -439,3 +439,37 @@ def test_scalar_random_shape_and_concentration_as_point_masses_are_mles():
         np.testing.assert_allclose(a.posterior.point, ref, rtol=1e-6)
         a.set_natural((np.array(ref), np.array(-1.0)))
         np.testing.assert_allclose(GammaFamily().mode(blr_target(model, a)), ref, rtol=1e-12)
+
+
+def test_zoo_lda_learns_alpha():
+    """models/lda.py with learn_alpha=True: alpha is a vector of K random concentrations
+    fitted by fit("ncvmp") with the zoo's options. On 400 documents from Dirichlet(0.2,
+    0.5, 1.0) topic mixtures: the trace never decreases, the topics are recovered, and
+    E[alpha_k] is within 3 posterior sds of Minka's MLE from the true mixtures; transform
+    (the E-step of new documents) uses the learnt alpha and agrees with the fit's own
+    document mixtures; fit("vmp") is refused, naming ncvmp."""
+    from test_zoo import load, match
+    lda = load("lda")
+    rng = np.random.default_rng(3)
+    k, v, n_docs = 3, 30, 400
+    phi = np.full((k, v), 0.002)
+    for t in range(k):
+        phi[t, t * (v // k):(t + 1) * (v // k)] = 1.0
+    phi /= phi.sum(1, keepdims=True)
+    theta = rng.dirichlet([0.2, 0.5, 1.0], size=n_docs)
+    import scipy.sparse as sp
+    counts = sp.csr_matrix(np.array([rng.multinomial(60, theta[d] @ phi) for d in range(n_docs)]))
+    model = lda.build(counts, k=3, learn_alpha=True)
+    with pytest.raises(ValueError, match="ncvmp"):
+        model.fit("vmp", seed=0, **model.meta["fit_options"])
+    fitted = model.fit("ncvmp", seed=0, **model.meta["fit_options"])
+    tr = fitted.elbo_trace
+    assert fitted.converged and np.all(np.diff(tr) >= -1e-9 * np.abs(tr[1:]))
+    est = lda.topic_word(fitted)
+    p = match(est, phi)
+    assert np.all(0.5 * np.abs(est[p] - phi).sum(1) < 0.1)
+    ref = _minka_dirichlet_mle(np.log(theta).mean(0))
+    q = model["alpha"].posterior
+    assert np.all(np.abs(q.mean[p] - ref) < 3 * np.sqrt(q.var[p])), (q.mean[p], ref)
+    new = lda.transform(fitted, counts[:50], tol=1e-8)
+    assert np.mean(np.abs(new - lda.doc_topics(fitted).to_numpy()[:50])) < 1e-3
