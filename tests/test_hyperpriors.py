@@ -473,3 +473,24 @@ def test_zoo_lda_learns_alpha():
     assert np.all(np.abs(q.mean[p] - ref) < 3 * np.sqrt(q.var[p])), (q.mean[p], ref)
     new = lda.transform(fitted, counts[:50], tol=1e-8)
     assert np.mean(np.abs(new - lda.doc_topics(fitted).to_numpy()[:50])) < 1e-3
+
+
+def test_dirichlet_alpha_counts_every_category_when_documents_equal_categories():
+    """K documents and K categories, one document without words: every concentration
+    alpha_k is still reached (its last plate axis is the category axis, not the
+    documents'), so its prior and entropy count in the ELBO in full."""
+    from scipy.special import digamma, gammaln
+    rng = np.random.default_rng(9)
+    K = 3
+    alpha = bg.Gamma(2.0, 1.0, plates=(K,), name="alpha")
+    theta = bg.Dirichlet(alpha, plates=(K,), name="theta")
+    mask = np.ones((10, K), bool)
+    mask[:, 0] = False
+    z = bg.Categorical(theta, plates=(10, K), name="z").observe(rng.integers(0, K, (10, K)), mask=mask)
+    bg.Model(z).fit("ncvmp", max_iter=5)
+    assert alpha.observed_entries() is None
+    post = alpha.posterior.params
+    a, b = post["shape"], post["rate"]
+    expected = np.sum((2.0 - 1.0) * (digamma(a) - np.log(b)) - a / b - gammaln(2.0)
+                      + stats.gamma(a, scale=1.0 / b).entropy())
+    np.testing.assert_allclose(alpha.elbo_term(), expected, rtol=1e-12)

@@ -705,6 +705,8 @@ def _entries_reached(child, node, seen):
             continue
         if mixture and i > 0:   # component parameters: every row may belong to component k
             got = np.full(node.plates, bool(seen.any()))
+        elif child.aligned_plates(node) != tuple(node.plates):
+            return None         # a plate axis of the parent is not the child's (a category axis)
         else:
             plates = tuple(node.plates)
             if len(plates) > len(cplates):

@@ -235,7 +235,8 @@ class Dirichlet(_Public):
         return (DirichletFamily(), DirichletAlphaFactor, [alpha], [Slot("alpha", GammaFamily())], {})
 
     def aligned_plates(self, parent):
-        if parent is self.factor.parents[0] and type(self.factor).__name__ == "DirichletAlphaFactor":
+        from .factors.hyper import DirichletAlphaFactor
+        if isinstance(self.factor, DirichletAlphaFactor) and parent is self.factor.parents[0]:
             return tuple(parent.plates[:-1])   # the concentrations' last axis is the categories
         return super().aligned_plates(parent)
 
