@@ -232,7 +232,9 @@ def _quad_lgamma_sum2(alpha, beta):
         a1, a2, b1, b2 = a2, a1, b2, b1
     A = a1 + a2
     logc = a1 * np.log(b1) + a2 * np.log(b2) - gammaln(A)
-    dens = lambda v: np.exp(logc + A * v - b1 * np.exp(v)) * hyp1f1(a2, A, -(b2 - b1) * np.exp(v))  # noqa: E731
+
+    def dens(v):
+        return np.exp(logc + A * v - b1 * np.exp(v)) * hyp1f1(a2, A, -(b2 - b1) * np.exp(v))
     m = np.log(A / b1)                                     # in v = log s
     kw = dict(epsabs=1e-15, epsrel=1e-13, limit=400)
     pieces = [(m - 60.0 / min(A, 1.0) - 10.0, m - 3.0), (m - 3.0, m + 3.0), (m + 3.0, m + 6.0)]

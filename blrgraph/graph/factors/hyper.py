@@ -325,10 +325,7 @@ class DirichletAlphaFactor(Conditional):
     Minka's fixed point for a flat prior (docs/hyperpriors.md)."""
 
     conjugate = False
-
-    def __init__(self, node, parents, slots):
-        super().__init__(node, parents, slots)
-        self._memo = None
+    caches = ("_memo",)   # the last (moments, terms): the ELBO and the message share them
 
     def describe(self):
         return f"Dirichlet(alpha={self.parents[0].name}) of {self.node.label()}"
@@ -351,7 +348,7 @@ class DirichletAlphaFactor(Conditional):
         gradient in each alpha_k's (E log alpha_k, E alpha_k); shapes lead, lead + (K,)."""
         (la, a), = u
         la, a = np.asarray(la, dtype=float), np.asarray(a, dtype=float)
-        memo = self._memo
+        memo = getattr(self, "_memo", None)
         if memo is not None and np.array_equal(memo[0], la) and np.array_equal(memo[1], a):
             return memo[2]
         if is_point(la, a):           # a point mass (or data): T at the point
