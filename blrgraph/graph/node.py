@@ -744,6 +744,8 @@ def _entries_reached(child, node, seen):
             continue
         if mixture and i > 0:   # component parameters: every row may belong to component k
             got = np.full(node.plates, bool(seen.any()))
+        elif child.aligned_plates(node) != tuple(node.plates):
+            return None         # a plate axis of the parent is not the child's (a category axis)
         else:
             got = reduce_seen(seen, node.plates)
             if got is None:
