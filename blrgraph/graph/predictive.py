@@ -1210,10 +1210,14 @@ class PartlyObserved(Predictive):
 
     value_ndim = 1
 
-    def __init__(self, base, cond, rows):
+    def __init__(self, base, cond, rows, x=None):
         super().__init__(base.plates)
         self.base, self.cond = base, cond
         self.rows = np.broadcast_to(np.asarray(rows, bool), self.plates)
+        #: the partly observed entries' values (n, D), NaN where missing: the observed
+        #: coordinates of mean and samples are these, to the last digit
+        self.x = None if x is None else np.asarray(x, dtype=float)
+        self._obs = None if x is None else np.isfinite(self.x)
         self.exact = bool(base.exact and cond.exact)
         self.name = f"{base.name}; {int(self.rows.sum())} partly observed entries conditioned"
 
@@ -1230,7 +1234,8 @@ class PartlyObserved(Predictive):
 
     @property
     def mean(self):
-        return self._fill(self.base.mean, self.cond.mean, 1)
+        c = self.cond.mean
+        return self._fill(self.base.mean, c if self.x is None else np.where(self._obs, self.x, c), 1)
 
     @property
     def cov(self):
@@ -1251,7 +1256,8 @@ class PartlyObserved(Predictive):
         s = np.array(self.base.sample(size, seed=rng), dtype=float)
         n = len(_size(size))
         idx = (slice(None),) * n + (self.rows,)
-        s[idx] = np.moveaxis(self.cond.sample(size, seed=rng), n, 0) if n else self.cond.sample(seed=rng)
+        c = self.cond.sample(size, seed=rng)
+        s[idx] = np.where(self._obs, self.x, c) if self.x is not None else c
         return s
 
     def to_scipy(self):
@@ -1267,7 +1273,8 @@ class PartlyObserved(Predictive):
         keep = j >= 0
         if not keep.any():
             return base
-        return PartlyObserved(base, self.cond[(j[keep],)], keep.reshape(np.shape(pos)))
+        return PartlyObserved(base, self.cond[(j[keep],)], keep.reshape(np.shape(pos)),
+                              None if self.x is None else self.x[j[keep]])
 
 
 def _partial_rows(node):
@@ -1312,7 +1319,7 @@ def condition_partial_rows(node, q, pred, ctx):
         cond = MixturePredictive(sub.weights, comps, sub.plates)
     else:
         cond = _conditional(factor, q, sub, x, rows, tuple(node.plates), node)
-    return PartlyObserved(pred, cond, rows)
+    return PartlyObserved(pred, cond, rows, x)
 
 
 def _conditional(factor, q, sub, x, rows, full, node):
