@@ -1145,7 +1145,7 @@ def node_predictive(node, inputs=None, samples=2000, seed=0):
         plates = tuple(factor.predictive_plates(q))
     pred = factor.predictive(q, plates, ctx)
     if values is None and not dots:
-        pred = condition_partial_rows(node, q, pred, ctx)
+        pred = condition_partial_rows(node, q, pred)
     children = _assignment_children(node)
     if kids or (children and node.observed):
         pred = _condition_assignment(node, pred, kids, ctx)
@@ -1222,8 +1222,8 @@ class PartlyObserved(Predictive):
         self.name = f"{base.name}; {int(self.rows.sum())} partly observed entries conditioned"
 
     def _fill(self, whole, part, event_ndim):
-        out = np.array(np.broadcast_to(whole, self.plates + np.shape(whole)[np.ndim(whole) - event_ndim:]),
-                       dtype=float)
+        ev = np.shape(whole)[np.ndim(whole) - event_ndim:]
+        out = np.array(np.broadcast_to(whole, self.plates + ev), dtype=float)
         out[self.rows] = part
         return out
 
@@ -1235,7 +1235,8 @@ class PartlyObserved(Predictive):
     @property
     def mean(self):
         c = self.cond.mean
-        return self._fill(self.base.mean, c if self.x is None else np.where(self._obs, self.x, c), 1)
+        c = c if self.x is None else np.where(self._obs, self.x, c)
+        return self._fill(self.base.mean, c, 1)
 
     @property
     def cov(self):
@@ -1261,8 +1262,8 @@ class PartlyObserved(Predictive):
         return s
 
     def to_scipy(self):
-        raise NotImplementedError("a partly observed entry has fixed coordinates; scipy has no such "
-                                  "distribution")
+        raise NotImplementedError("a partly observed entry has fixed coordinates; scipy has no "
+                                  "such distribution")
 
     def _take(self, idx):
         pos = np.arange(int(np.prod(self.plates, dtype=int))).reshape(self.plates)[idx]
@@ -1300,12 +1301,13 @@ def _partial_rows(node):
     return rows, np.where(cells[rows], v[rows], np.nan)
 
 
-def condition_partial_rows(node, q, pred, ctx):
+def condition_partial_rows(node, q, pred):
     """``pred`` with each partly observed entry of ``node`` replaced by the predictive of its
     missing coordinates given its observed ones, E_q[p(x_m | x_o, parents)]
-    (docs/predict.md): the row's own cells are already in the fitted q, so they are not
-    counted a second time. A mixture entry keeps its fitted q(z_n) (the responsibilities
-    given its observed coordinates) and mixes its components' conditionals."""
+    (docs/predict.md, docs/math.md §6.1): the row's own cells are already in the fitted
+    q, so they are not counted a second time. A mixture entry keeps its fitted q(z_n)
+    (the responsibilities given its observed coordinates) and mixes its components'
+    conditionals (Monte Carlo: over the draws of ``pred``)."""
     part = _partial_rows(node)
     if part is None:
         return pred
@@ -1343,7 +1345,7 @@ def _conditional(factor, q, sub, x, rows, full, node):
             noise = np.broadcast_to(noise, full + (D, D))[rows]
             return _gaussian_mean_conditional(sub, S, noise, x)
         # a fixed mean, NormalWishart, a fixed mean + Wishart: the t-conditional is
-        # E_q[p(x_m | x_o, parents)] itself (docs/math.md)
+        # E_q[p(x_m | x_o, parents)] itself (docs/math.md §6.1)
         return sub.condition(x)[1]
     if isinstance(sub, MonteCarloPredictive):
         return _monte_carlo_conditional(sub, x)
@@ -1354,7 +1356,7 @@ def _conditional(factor, q, sub, x, rows, full, node):
 def _gaussian_mean_conditional(pred, S, noise, values):
     """x ~ N(mu, noise), mu ~ N(m, S) (q of a Gaussian mean, a fixed covariance): per entry,
     E_q[p(x_m | x_o, mu)] = N(m_m + B (x_o - m_o), noise_m|o + [I, -B] S [I, -B]^T) with
-    B = noise_mo noise_oo^-1 (docs/math.md). ``pred`` is N(m, S + noise) (its location
+    B = noise_mo noise_oo^-1 (docs/math.md §6.1). ``pred`` is N(m, S + noise) (its location
     relative to its shift)."""
     plates = pred.plates
     D = pred.cloc.shape[-1]
