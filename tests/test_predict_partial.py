@@ -372,3 +372,35 @@ def test_gaussian_mean_conditional_with_a_location_shift():
     np.testing.assert_array_equal(c1.cov, c0.cov)
     v = np.where(np.isfinite(X), X, 0.25)
     np.testing.assert_allclose(c1.logpdf(v + c), c0.logpdf(v), rtol=0, atol=1e-9)
+
+
+def test_mean_field_mixture_components_monte_carlo_conditional():
+    """Mixture of MultivariateNormal(mu_k, L_k) with separate mean and Wishart nodes: the
+    row keeps q(z_n); its mean is sum_k r_k (m_km + E[B_k](x_o - m_ko)), E[B_k] =
+    -W_k,mm^-1 W_k,mo, within 5 standard errors of the draws."""
+    rng = np.random.default_rng(6)
+    X = np.r_[rng.multivariate_normal([0, 0, 0], C3, 40),
+              rng.multivariate_normal([4, 3, -2], C3, 40)]
+    X[[1, 45], 1] = np.nan
+    X[50, :] = np.nan
+    w = bg.Dirichlet(np.ones(2), name="w")
+    mu = bg.MultivariateNormal(np.full(3, 1.0), np.eye(3) * 0.1, plates=(2,), name="mu")
+    L = bg.Wishart(5.0, np.eye(3) / 5.0, plates=(2,), name="L")
+    z = bg.Categorical(w, plates=(80,), name="z")
+    x = bg.Mixture(z, bg.MultivariateNormal, mu, L, name="x").observe(X, mask=~np.isnan(X))
+    bg.Model(x).fit("vmp", seed=0)
+    pred = x.predictive(samples=4000, seed=1)
+    assert not pred.exact
+    r = z.posterior.mean
+    np.testing.assert_array_equal(pred.weights, r)
+    m, W = mu.posterior.mean, L.posterior.params["scale"]
+    o = np.array([0, 2])
+    for j, n in enumerate((1, 45)):
+        want = sum(r[n, k] * (m[k, 1] - np.linalg.solve(W[k][1:2, 1:2], W[k][1:2][:, o])[0]
+                              @ (X[n, o] - m[k, o])) for k in range(2))
+        comp = pred.cond.components              # (rows, K) mixtures over the draws
+        draws = np.einsum("k,ks->s", r[n], comp.components.loc[j, :, :, 1])
+        assert abs(pred.mean[n, 1] - want) < 5 * draws.std() / np.sqrt(draws.size)
+        np.testing.assert_array_equal(pred.mean[n, o], X[n, o])
+    rows = np.setdiff1d(np.arange(80), [1, 45])
+    np.testing.assert_array_equal(pred.mean[rows], pred.base.mean[rows])

@@ -578,6 +578,16 @@ class FamilyPredictive(Predictive):
         return FamilyPredictive(self.family, self.nat, plates)
 
 
+def _draws_to(a, k, plates):
+    """Draws a ((S,) + their plates + k event axes) broadcast to (S,) + plates + event:
+    plates with fewer axes line up on the right, after the draws' axis."""
+    extra = len(plates) - (a.ndim - 1 - k)
+    if extra > 0:
+        a = a.reshape(a.shape[:1] + (1,) * extra + a.shape[1:])
+    return np.broadcast_to(a, a.shape[:1] + tuple(plates) + a.shape[a.ndim - k:] if k
+                           else a.shape[:1] + tuple(plates))
+
+
 class MonteCarloPredictive(Predictive):
     """E_q[p(x | parents)] by S draws of the parents from q (mean field: each parent
     from its own q): ``logpdf`` = log of the mean density over the draws, ``mean``
@@ -591,8 +601,7 @@ class MonteCarloPredictive(Predictive):
         self.family = family
         self.value_ndim = family.value_ndim
         self.name = f"{family.name} (Monte Carlo over q, {np.shape(nat_draws[0])[0]} draws)"
-        self.nat = tuple(np.broadcast_to(a, a.shape[:1] + self.plates + a.shape[a.ndim - k:] if k
-                                         else a.shape[:1] + self.plates)
+        self.nat = tuple(_draws_to(np.asarray(a), k, self.plates)
                          for a, k in zip(nat_draws, family.event_ndims))
         self._draw_nat = draw_nat
         self._mean, self._var = mean, var
@@ -648,8 +657,7 @@ class MonteCarloPredictive(Predictive):
         n = int(np.prod(shape, dtype=int)) if shape else 1
         if self._draw_nat is not None:   # fresh parent draws: exact draws from the predictive
             nat = self._draw_nat(n, rng)
-            nat = tuple(np.broadcast_to(a, (n,) + self.plates + a.shape[a.ndim - k:] if k
-                                        else (n,) + self.plates)
+            nat = tuple(_draws_to(np.asarray(a), k, self.plates)
                         for a, k in zip(nat, self.family.event_ndims))
         else:
             pick = rng.integers(self.n_draws, size=n)
