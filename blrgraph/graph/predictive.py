@@ -9,6 +9,10 @@ linear predictor ``Dot(X, w)``); the factor returns a :class:`Predictive` with
 Beta-Binomial, negative binomial, Dirichlet-multinomial, Lomax, beta-prime); the
 base class falls back on Monte Carlo over q (mean-field products, non-conjugate
 links), with the mean and variance exact wherever the factor gives them.
+
+A vector node observed with a per-coordinate mask gives each partly observed entry the
+predictive of its missing coordinates given its observed ones (:class:`PartlyObserved`,
+docs/math.md §6.1).
 """
 from __future__ import annotations
 
