@@ -191,6 +191,23 @@ def test_a_fit_started_at_a_symmetric_point_does_not_end_there_converged():
     assert fit.converged
 
 
+def test_a_symmetric_start_splits_components_with_a_precision_per_coordinate():
+    """A vector component under a Gamma precision per coordinate: tau has plates (K, D)
+    with K at -2 (the factor lines D up with the vector's event axis); the saddle check
+    read K from the last axis and crashed."""
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.normal(-3, 1.0, size=(100, 3)), rng.normal(3, 1.0, size=(100, 3))])
+    w = bg.Dirichlet(np.ones(2), name="w")
+    mu = bg.MultivariateNormal(np.zeros(3), 0.01 * np.eye(3), plates=(2,), name="mu")
+    tau = bg.Gamma(1.0, 1.0, plates=(2, 3), name="tau")
+    z = bg.Categorical(w, plates=(200,), name="z")
+    y = bg.Mixture(z, bg.MultivariateNormal, mu, tau, name="y").observe(X)
+    with pytest.warns(ConvergenceWarning, match="saddle point"):
+        fit = bg.Model(y).fit("vmp", init=np.full((200, 2), 0.5), seed=0)
+    m = mu.posterior.mean
+    assert fit.converged and np.linalg.norm(m[0] - m[1]) > 8
+
+
 def test_empty_components_at_the_prior_are_not_a_saddle():
     """K larger than the clusters: the extra components are empty and equal to the prior
     (a genuine optimum of a Bayesian mixture), so no warning and converged=True."""
