@@ -16,7 +16,9 @@ iteration (E-step: forward-backward with sub-normalised exp E[log A] and the low
 M-step: every parameter's posterior) and blrgraph's BLR steps of pi, A, theta, then the
 chain, then the ELBO. After the same number of sweeps both are in the same state: the
 ELBOs agree to rounding (hmmlearn leaves the constant -D/2 log 2 pi per step out of its
-bound; it is added here). Time per sweep: median over the timed sweeps.
+bound; it is added here). Time per sweep: median over the timed sweeps, in wall time and
+in process CPU time (``time.process_time``: on a shared machine the CPU time does not count
+the time spent waiting for a CPU; with ``--blas-threads 1`` both sides run one thread).
 
     PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1
 """
@@ -31,6 +33,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+
+def _stamp():
+    return time.perf_counter(), time.process_time()
+
+
+def _per_sweep(stamps):
+    """(wall, CPU) median seconds per sweep, the first (warm-up) sweep left out."""
+    st = np.asarray(stamps)
+    return C.per_iter(st[:, 0], skip=1)[0], C.per_iter(st[:, 1], skip=1)[0]
 
 
 def make_data(S, T, K, D, seed):
@@ -73,16 +85,16 @@ def copy_start(src, dst):
 
 def run_hmmlearn(h, X, n_iter):
     """hmmlearn's fit loop (base.py, VariationalBaseHMM via _AbstractHMM.fit), stamped per
-    iteration; returns (seconds per sweep, lower bounds with the 2 pi constant)."""
+    iteration; returns ((wall, CPU) seconds per sweep, lower bounds with the 2 pi constant)."""
     S, T, D = X.shape
     Xf, lengths = X.reshape(-1, D), [T] * S
-    stamps, bounds = [time.perf_counter()], []
+    stamps, bounds = [_stamp()], []
     for _ in range(n_iter + 1):
         stats, logprob = h._do_estep(Xf, lengths)
         bounds.append(h._compute_lower_bound(logprob))
         h._do_mstep(stats)
-        stamps.append(time.perf_counter())
-    return C.per_iter(stamps, skip=1)[0], np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
+        stamps.append(_stamp())
+    return _per_sweep(stamps), np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
 
 
 def build_blrgraph(h, X):
@@ -108,16 +120,16 @@ def run_blrgraph(model, h, n_iter):
     A.set_natural(A.family.natural_from_params(h.transmat_posterior_))
     theta.set_natural(theta.family.natural_from_params(
         h.means_posterior_, h.beta_posterior_, h.dof_posterior_, np.linalg.inv(h.scale_posterior_)))
-    stamps = [time.perf_counter()]
+    stamps = [_stamp()]
     blr_step(model, z)                              # hmmlearn's first E-step
     trace = [elbo(model)]
-    stamps.append(time.perf_counter())
+    stamps.append(_stamp())
     for _ in range(n_iter):
         for node in (pi, A, theta, z):
             blr_step(model, node)
         trace.append(elbo(model))
-        stamps.append(time.perf_counter())
-    return C.per_iter(stamps, skip=1)[0], np.array(trace)
+        stamps.append(_stamp())
+    return _per_sweep(stamps), np.array(trace)
 
 
 def main(argv=None):
@@ -147,26 +159,32 @@ def main(argv=None):
         copy_start(ref, h)        # (k-means is seeded; this makes the start identical anyway)
         t, bounds = run_hmmlearn(h, X, args.iters)
         results[f"hmmlearn ({impl})"] = (t, bounds)
-        print(f"hmmlearn {impl}: {t * 1e3:.1f} ms per sweep", flush=True)
+        print(f"hmmlearn {impl}: {t[0] * 1e3:.1f} ms per sweep ({t[1] * 1e3:.1f} ms CPU)",
+              flush=True)
     model = build_blrgraph(ref, X)
     t_b, trace = run_blrgraph(model, ref, args.iters)
-    print(f"blrgraph: {t_b * 1e3:.1f} ms per sweep", flush=True)
+    print(f"blrgraph: {t_b[0] * 1e3:.1f} ms per sweep ({t_b[1] * 1e3:.1f} ms CPU)", flush=True)
 
     rows = []
     for name, (t, bounds) in results.items():
         rel = float(np.max(np.abs(trace - bounds) / np.abs(bounds)))
-        rows.append([name, C.fmt_t(t), C.fmt_x(t / t_b), f"{bounds[-1]:.6f}", f"{rel:.1e}"])
-    rows.append(["blrgraph CategoricalMarkovChain", C.fmt_t(t_b), "1", f"{trace[-1]:.6f}", "-"])
+        rows.append([name, C.fmt_t(t[0]), C.fmt_x(t[0] / t_b[0]), C.fmt_t(t[1]),
+                     C.fmt_x(t[1] / t_b[1]), f"{bounds[-1]:.6f}", f"{rel:.1e}"])
+    rows.append(["blrgraph CategoricalMarkovChain", C.fmt_t(t_b[0]), "1", C.fmt_t(t_b[1]), "1",
+                 f"{trace[-1]:.6f}", "-"])
     print(f"\n# VB HMM, Gaussian emissions (full covariance): {S} sequences x {T} steps, "
           f"D={D}, K={K}; time per sweep (median of {args.iters})\n")
     print(C.machine_markdown(info))
     print(C.md_table(["implementation", "time per sweep", "time / blrgraph's",
+                      "CPU per sweep", "CPU / blrgraph's",
                       f"ELBO after {args.iters + 1} sweeps",
                       "max rel. ELBO difference to blrgraph (every sweep)"], rows))
     print(f"\ncommand: `{C.command_line()}`")
     C.write_json(args.json, {"machine": info, "S": S, "T": T, "K": K, "D": D, "iters": args.iters,
-                             "blrgraph": {"per_sweep": t_b, "elbo": trace},
-                             "hmmlearn": {k: {"per_sweep": v[0], "elbo": v[1]}
+                             "blrgraph": {"per_sweep": t_b[0], "cpu_per_sweep": t_b[1],
+                                          "elbo": trace},
+                             "hmmlearn": {k: {"per_sweep": v[0][0], "cpu_per_sweep": v[0][1],
+                                              "elbo": v[1]}
                                           for k, v in results.items()}})
 
 
