@@ -33,6 +33,8 @@ from scipy.special import logsumexp
 RENORM = 8
 #: a divisor or final sum below this (or not finite): the sequence is redone in log space
 TINY = 1e-250
+#: forward_backward keeps an intermediate array in its ``work`` dict up to this size
+WORK_BYTES = 2 ** 28
 
 
 class ChainStats:
@@ -66,16 +68,38 @@ def _check(U, P, lengths):
     return U, P, L
 
 
-def forward_backward(log_unary, log_trans, lengths=None):
+def _buffer(work, name, shape):
+    """A float array of ``shape`` for intermediate values: the one kept under ``name`` in
+    ``work`` (a dict owned by the caller, reused from call to call) if it has that shape,
+    else a new one, kept there when it is at most WORK_BYTES. Reusing the arrays saves
+    the page faults of fresh memory on every call (about 1 ms per 8 MB)."""
+    if work is None:
+        return np.empty(shape)
+    a = work.get(name)
+    if a is None or a.shape != shape:
+        work.pop(name, None)
+        a = np.empty(shape)
+        if a.nbytes <= WORK_BYTES:
+            work[name] = a
+    return a
+
+
+def forward_backward(log_unary, log_trans, lengths=None, work=None):
     """Marginals, expected transition counts and log Z of S chains.
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
-    None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
-    arrays, written in place: with a shared transition matrix a forward step is one
-    (K + 1, K) @ (K, S) product (the prediction and the previous sum) and a product
-    with the emissions (the sum is divided out every RENORM steps); a backward step one
-    elementwise product and one (K, K) @ (K, S) product. Any scaling of the forward
-    vectors is exact as long as the backward pass divides by the same factors."""
+    None (all T); ``work``: None or a dict in which the (T, K, S) intermediate arrays
+    are kept for the next call with the same shapes (the caller's; the results never
+    share memory with it). Returns a :class:`ChainStats`.
+
+    The recursions run on (T, K, S) arrays, written in place, so that one step is a
+    contiguous (K, S) slice: with a shared transition matrix a forward step is one
+    (K, K) @ (K, S) product and one product with the emissions (every RENORM steps one
+    more call sums the forward vectors and one divides them by the sums); a backward
+    step one elementwise product and one (K, K) @ (K, S) product (and at the same
+    steps a division by the forward pass's sums). Any scaling of the forward vectors is
+    exact as long as the backward pass divides by the same factors. The expected counts
+    are one (K, T-1) @ (T-1, K) product per sequence after the loops."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
@@ -93,10 +117,16 @@ def forward_backward(log_unary, log_trans, lengths=None):
         def bwd(g, out):
             return np.einsum("ijs,js->is", Ak, g, out=out)
 
-    c = np.max(U, axis=-1)                                           # (S, T)
-    B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
+    # B_t = exp(U_t - c_t), c_t = max_k U_t[k]: max 1 per step; the max over the
+    # middle axis of the (T, K, S) copy is an elementwise maximum of (T, S) rows
+    B = _buffer(work, "B", (T, K, S))
+    np.copyto(B, U.transpose(1, 2, 0))
+    c = np.max(B, axis=1)                                            # (T, S)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
-        alpha, c_div = _forward(B, At, shared)
+        np.subtract(B, c[:, None, :], out=B)
+        np.exp(B, out=B)
+        alpha = _buffer(work, "alpha", (T, K, S))
+        c_div = _forward(B, At, shared, alpha)
         last = np.clip(L - 1, 0, T - 1)
         k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
         bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
@@ -104,29 +134,42 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
         # backward: G[t] = B_t beta_t / c_t on valid transitions (0 elsewhere), beta[t] =
         # beta_t / prod_{t < tau < L} c_tau, so alpha[t] beta[t] = p(z_t, x) / prod c = gamma_t k0
-        rc = 1.0 / c_div
-        if short:
-            live = valid.T                                           # (T, S)
-            rc = np.where(live, rc, 0.0)
-        G = np.multiply(B, rc[:, None, :], out=B)                    # B_t / c_t, then x beta_t
-        G[0] = 0.0
-        beta = np.empty((T, K, S))
+        inloop = shared and not short      # c_t != 1 only every RENORM steps: divide there
+        if not inloop:
+            rc = 1.0 / c_div
+            if short:
+                live = valid.T                                       # (T, S)
+                rc = np.where(live, rc, 0.0)
+            np.multiply(B, rc[:, None, :], out=B)
+        G = B
+        beta = _buffer(work, "beta", (T, K, S))
         beta[T - 1] = 1.0
+        mul, div = np.multiply, np.divide
         for t in range(T - 1, 0, -1):
-            g = np.multiply(G[t], beta[t], out=G[t])
+            g = mul(G[t], beta[t], out=G[t])
+            if inloop and t % RENORM == 0:
+                div(g, c_div[t], out=g)
             bwd(g, beta[t - 1])
             if short:
                 np.copyto(beta[t - 1], 1.0, where=~live[t])
-        np.multiply(alpha, beta, out=beta)
-        beta /= beta.sum(1, keepdims=True)         # the marginals (after the end: prediction)
+        # counts[s] = At * sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T / k0: both as
+        # (S, K, T - 1) copies (G's into a new work array, alpha's into G's memory) and
+        # one matrix product per sequence
+        gT = _buffer(work, "gT", (S, K, T - 1))
+        np.copyto(gT, G[1:].transpose(2, 1, 0))
+        aT = G.reshape(-1)[: S * K * (T - 1)].reshape(S, K, T - 1)
+        np.copyto(aT, alpha[:-1].transpose(2, 1, 0))
+        counts = np.matmul(aT, gT.transpose(0, 2, 1))
         rk0 = np.where(L > 0, 1.0 / k0, 0.0)
-        counts = np.einsum("tis,tjs->sij", alpha[:-1], G[1:], optimize=True)
         counts *= At
         counts *= rk0[:, None, None]
-        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c, 0.0)
+        # the marginals (after a sequence's end: the forward prediction), written as (S, T, K)
+        np.multiply(alpha, beta, out=beta)
+        gamma = np.empty((S, T, K))
+        np.divide(beta, beta.sum(1)[:, None, :], out=gamma.transpose(1, 2, 0))
+        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c.T, 0.0)
         log_z = logs.sum(1) + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
             + np.maximum(L - 1, 0) * m.reshape(-1)
-    gamma = beta.transpose(2, 0, 1).copy()                           # (S, T, K)
     if np.any(bad):
         idx = np.flatnonzero(bad)
         sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
@@ -134,36 +177,37 @@ def forward_backward(log_unary, log_trans, lengths=None):
     return ChainStats(gamma, counts, log_z, L, valid)
 
 
-def _forward(B, At, shared):
-    """The scaled forward pass: alpha[t] = alpha_t / prod_{tau <= t} c_tau, with c_div the
-    divisors applied (1 where none was). A shared transition matrix: one product with
-    [At^T; 1] gives the prediction and the previous sum together, and the sum is divided
-    out every RENORM steps only (between divisions the sums change by a factor in
-    (tiny, K] per step); per-sequence matrices: one einsum and a division per step."""
+def _forward(B, At, shared, alpha):
+    """The scaled forward pass into ``alpha`` (T, K, S): alpha[t] = alpha_t / prod_{tau <= t}
+    c_tau; returns c_div (T, S), the divisors applied (1 where none was). A shared
+    transition matrix: one product with At^T and one with the emissions per step; the
+    sum is divided out every RENORM steps only (between divisions the sums change by a
+    factor in (tiny, K] per step); per-sequence matrices: one einsum and a division per
+    step."""
     T, K, S = B.shape
-    alpha = np.empty((T, K, S))
     c_div = np.ones((T, S))
+    one = np.ones(K)
     if shared:
-        Aug = np.vstack([np.ascontiguousarray(At.T), np.ones((1, K))])
-        W = np.empty((T, K + 1, S))
+        AtT = np.ascontiguousarray(At.T)
+        dot, mul, div = np.dot, np.multiply, np.divide
         alpha[0] = B[0]
         for t in range(1, T):
-            w = np.dot(Aug, alpha[t - 1], out=W[t])
-            np.multiply(w[:K], B[t], out=alpha[t])
+            a = dot(AtT, alpha[t - 1], out=alpha[t])
+            mul(a, B[t], out=a)
             if t % RENORM == 0:
-                np.divide(alpha[t], w[K], out=alpha[t])
-        steps = np.arange(RENORM, T, RENORM)
-        c_div[steps] = W[steps, K]
-        return alpha, c_div
+                div(a, dot(one, a, out=c_div[t]), out=a)
+        return c_div
     Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))                 # (K, K, S)
-    one = np.ones(K)
     for t in range(T):
-        a = B[0].copy() if t == 0 else np.einsum("ijs,is->js", Ak, alpha[t - 1], out=alpha[t])
-        if t:
+        a = alpha[t]
+        if t == 0:
+            np.copyto(a, B[0])
+        else:
+            np.einsum("ijs,is->js", Ak, alpha[t - 1], out=a)
             np.multiply(a, B[t], out=a)
         np.dot(one, a, out=c_div[t])
-        np.divide(a, c_div[t], out=alpha[t])
-    return alpha, c_div
+        np.divide(a, c_div[t], out=a)
+    return c_div
 
 
 def _forward_backward_log(U, P, L):
