@@ -35,6 +35,11 @@ RENORM = 8
 TINY = 1e-250
 #: forward_backward keeps an intermediate array in its ``work`` dict up to this size
 WORK_BYTES = 2 ** 28
+#: forward_backward's emissions (exp) are computed this many steps at a time, in the
+#: forward loop; the marginals and the counts' operands BCHUNK steps at a time, in the
+#: backward loop
+CHUNK = 32
+BCHUNK = 64
 
 
 class ChainStats:
@@ -88,18 +93,20 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
     """Marginals, expected transition counts and log Z of S chains.
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
-    None (all T); ``work``: None or a dict in which the (T, K, S) intermediate arrays
-    are kept for the next call with the same shapes (the caller's; the results never
+    None (all T); ``work``: None or a dict in which the large intermediate arrays are
+    kept for the next call with the same shapes (the caller's; the results never
     share memory with it). Returns a :class:`ChainStats`.
 
-    The recursions run on (T, K, S) arrays, written in place, so that one step is a
-    contiguous (K, S) slice: with a shared transition matrix a forward step is one
-    (K, K) @ (K, S) product and one product with the emissions (every RENORM steps one
-    more call sums the forward vectors and one divides them by the sums); a backward
-    step one elementwise product and one (K, K) @ (K, S) product (and at the same
-    steps a division by the forward pass's sums). Any scaling of the forward vectors is
-    exact as long as the backward pass divides by the same factors. The expected counts
-    are one (K, T-1) @ (T-1, K) product per sequence after the loops."""
+    The recursions run on (T, K, S) arrays, so that one step is a contiguous (K, S)
+    slice: with a shared transition matrix a forward step is one (K, K) @ (K, S)
+    product and one product with the emissions (every RENORM steps one more call sums
+    the forward vectors and one divides them by the sums); a backward step one
+    elementwise product and one (K, K) @ (K, S) product (and at the same steps a
+    division by the forward pass's sums). Any scaling of the forward vectors is exact
+    as long as the backward pass divides by the same factors. The whole-array work
+    (the emissions' exp, the marginals, the operands of the counts) is done CHUNK
+    steps at a time next to the recursion, while those steps are in the CPU cache.
+    The expected counts are one (K, T-1) @ (T-1, K) product per sequence at the end."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
@@ -117,16 +124,11 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
         def bwd(g, out):
             return np.einsum("ijs,js->is", Ak, g, out=out)
 
-    # B_t = exp(U_t - c_t), c_t = max_k U_t[k]: max 1 per step; the max over the
-    # middle axis of the (T, K, S) copy is an elementwise maximum of (T, S) rows
-    B = _buffer(work, "B", (T, K, S))
-    np.copyto(B, U.transpose(1, 2, 0))
-    c = np.max(B, axis=1)                                            # (T, S)
+    B = _buffer(work, "B", (T, K, S))          # exp(U_t - c_t), then G below
+    alpha = _buffer(work, "alpha", (T, K, S))
+    c = np.empty((T, S))                       # c_t = max_k U_t[k]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
-        np.subtract(B, c[:, None, :], out=B)
-        np.exp(B, out=B)
-        alpha = _buffer(work, "alpha", (T, K, S))
-        c_div = _forward(B, At, shared, alpha)
+        c_div = _forward(U, B, c, At, shared, alpha)
         last = np.clip(L - 1, 0, T - 1)
         k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
         bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
@@ -140,35 +142,48 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
             if short:
                 live = valid.T                                       # (T, S)
                 rc = np.where(live, rc, 0.0)
-            np.multiply(B, rc[:, None, :], out=B)
         G = B
-        beta = _buffer(work, "beta", (T, K, S))
-        beta[T - 1] = 1.0
+        gamma = np.empty((S, T, K))
+        # counts[s] = sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T: per chunk, both as
+        # (S, K, n) copies and one (K, n) @ (n, K) product per sequence
+        counts = np.zeros((S, K, K))
+        aT = np.empty((S, K, BCHUNK))
+        gT = np.empty((S, K, BCHUNK))
+        beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
+        nxt = np.ones((K, S))                                        # beta[t1 - 1]
         mul, div = np.multiply, np.divide
-        for t in range(T - 1, 0, -1):
-            g = mul(G[t], beta[t], out=G[t])
-            if inloop and t % RENORM == 0:
-                div(g, c_div[t], out=g)
-            bwd(g, beta[t - 1])
-            if short:
-                np.copyto(beta[t - 1], 1.0, where=~live[t])
-        # counts[s] = At * sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T / k0: both as
-        # (S, K, T - 1) copies (G's into a new work array, alpha's into G's memory) and
-        # one matrix product per sequence
-        gT = _buffer(work, "gT", (S, K, T - 1))
-        np.copyto(gT, G[1:].transpose(2, 1, 0))
-        aT = G.reshape(-1)[: S * K * (T - 1)].reshape(S, K, T - 1)
-        np.copyto(aT, alpha[:-1].transpose(2, 1, 0))
-        counts = np.matmul(aT, gT.transpose(0, 2, 1))
+        for t1 in range(T, 0, -BCHUNK):
+            t0 = max(t1 - BCHUNK, 0)
+            if not inloop:
+                mul(G[t0:t1], rc[t0:t1, None, :], out=G[t0:t1])
+            beta[t1 - 1 - t0] = nxt
+            for t in range(t1 - 1, t0 - 1, -1):
+                g = mul(G[t], beta[t - t0], out=G[t])
+                if inloop and t % RENORM == 0:
+                    div(g, c_div[t], out=g)
+                if t == 0:
+                    break
+                b = bwd(g, beta[t - 1 - t0] if t > t0 else nxt)
+                if short:
+                    np.copyto(b, 1.0, where=~live[t])
+            n = t1 - t0
+            lo = max(t0, 1)                    # the pairs (t - 1, t) with t in [lo, t1)
+            if t1 > lo:
+                a, g = aT[:, :, :t1 - lo], gT[:, :, :t1 - lo]
+                np.copyto(a, alpha[lo - 1:t1 - 1].transpose(2, 1, 0))
+                np.copyto(g, G[lo:t1].transpose(2, 1, 0))
+                counts += np.matmul(a, g.transpose(0, 2, 1))
+            # the marginals (after a sequence's end: the forward prediction), as (S, T, K)
+            ab = mul(alpha[t0:t1], beta[:n], out=beta[:n])
+            div(ab, ab.sum(1)[:, None, :], out=gamma[:, t0:t1].transpose(1, 2, 0))
         rk0 = np.where(L > 0, 1.0 / k0, 0.0)
         counts *= At
         counts *= rk0[:, None, None]
-        # the marginals (after a sequence's end: the forward prediction), written as (S, T, K)
-        np.multiply(alpha, beta, out=beta)
-        gamma = np.empty((S, T, K))
-        np.divide(beta, beta.sum(1)[:, None, :], out=gamma.transpose(1, 2, 0))
-        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c.T, 0.0)
-        log_z = logs.sum(1) + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
+        if short:
+            logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c.T, 0.0).sum(1)
+        else:   # the divisors differ from 1 only every RENORM steps with a shared matrix
+            logs = c.sum(0) + np.log(c_div[RENORM::RENORM] if shared else c_div).sum(0)
+        log_z = logs + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
             + np.maximum(L - 1, 0) * m.reshape(-1)
     if np.any(bad):
         idx = np.flatnonzero(bad)
@@ -177,36 +192,45 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
     return ChainStats(gamma, counts, log_z, L, valid)
 
 
-def _forward(B, At, shared, alpha):
-    """The scaled forward pass into ``alpha`` (T, K, S): alpha[t] = alpha_t / prod_{tau <= t}
-    c_tau; returns c_div (T, S), the divisors applied (1 where none was). A shared
-    transition matrix: one product with At^T and one with the emissions per step; the
-    sum is divided out every RENORM steps only (between divisions the sums change by a
-    factor in (tiny, K] per step); per-sequence matrices: one einsum and a division per
-    step."""
+def _forward(U, B, c, At, shared, alpha):
+    """The emissions and the scaled forward pass, CHUNK steps at a time: B[t] = exp(U_t -
+    c_t) with c[t] = max_k U_t[k] (written into ``B`` (T, K, S) and ``c`` (T, S)), then
+    alpha[t] = alpha_t / prod_{tau <= t} c_tau into ``alpha`` (T, K, S); returns c_div
+    (T, S), the divisors applied (1 where none was). A shared transition matrix: one
+    product with At^T and one with the emissions per step; the sum is divided out every
+    RENORM steps only (between divisions the sums change by a factor in (tiny, K] per
+    step); per-sequence matrices: one einsum and a division per step."""
     T, K, S = B.shape
     c_div = np.ones((T, S))
     one = np.ones(K)
+    dot, mul, div = np.dot, np.multiply, np.divide
     if shared:
         AtT = np.ascontiguousarray(At.T)
-        dot, mul, div = np.dot, np.multiply, np.divide
-        alpha[0] = B[0]
-        for t in range(1, T):
-            a = dot(AtT, alpha[t - 1], out=alpha[t])
-            mul(a, B[t], out=a)
-            if t % RENORM == 0:
+    else:
+        Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
+    for t0 in range(0, T, CHUNK):
+        t1 = min(t0 + CHUNK, T)
+        Bc = B[t0:t1]
+        np.copyto(Bc, U[:, t0:t1].transpose(1, 2, 0))
+        cc = np.max(Bc, axis=1, out=c[t0:t1])     # over the middle axis: (S,) rows
+        np.subtract(Bc, cc[:, None, :], out=Bc)
+        np.exp(Bc, out=Bc)
+        for t in range(t0, t1):
+            a = alpha[t]
+            if t == 0:
+                np.copyto(a, B[0])
+                if not shared:
+                    div(a, dot(one, a, out=c_div[0]), out=a)
+                continue
+            if shared:
+                dot(AtT, alpha[t - 1], out=a)
+                mul(a, B[t], out=a)
+                if t % RENORM == 0:
+                    div(a, dot(one, a, out=c_div[t]), out=a)
+            else:
+                np.einsum("ijs,is->js", Ak, alpha[t - 1], out=a)
+                mul(a, B[t], out=a)
                 div(a, dot(one, a, out=c_div[t]), out=a)
-        return c_div
-    Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))                 # (K, K, S)
-    for t in range(T):
-        a = alpha[t]
-        if t == 0:
-            np.copyto(a, B[0])
-        else:
-            np.einsum("ijs,is->js", Ak, alpha[t - 1], out=a)
-            np.multiply(a, B[t], out=a)
-        np.dot(one, a, out=c_div[t])
-        np.divide(a, c_div[t], out=a)
     return c_div
 
 
