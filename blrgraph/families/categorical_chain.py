@@ -151,6 +151,7 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
         gT = np.empty((S, K, BCHUNK))
         beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
         nxt = np.ones((K, S))                                        # beta[t1 - 1]
+        one = np.ones(K)
         mul, div = np.multiply, np.divide
         for t1 in range(T, 0, -BCHUNK):
             t0 = max(t1 - BCHUNK, 0)
@@ -175,7 +176,8 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
                 counts += np.matmul(a, g.transpose(0, 2, 1))
             # the marginals (after a sequence's end: the forward prediction), as (S, T, K)
             ab = mul(alpha[t0:t1], beta[:n], out=beta[:n])
-            div(ab, ab.sum(1)[:, None, :], out=gamma[:, t0:t1].transpose(1, 2, 0))
+            div(ab, np.matmul(one, ab)[:, None, :], out=ab)
+            np.copyto(gamma[:, t0:t1], ab.transpose(2, 0, 1))
         rk0 = np.where(L > 0, 1.0 / k0, 0.0)
         counts *= At
         counts *= rk0[:, None, None]
