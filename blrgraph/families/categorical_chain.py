@@ -115,15 +115,8 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
     Pm = P.reshape(K, K) if shared else P
     m = np.max(Pm, axis=(-2, -1), keepdims=True)                     # shift of P: At <= 1
     At = np.exp(Pm - m)
-    if shared:
-        def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
-            return np.dot(At, g, out=out)
-    else:
+    if not shared:
         Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
-
-        def bwd(g, out):
-            return np.einsum("ijs,js->is", Ak, g, out=out)
-
     B = _buffer(work, "B", (T, K, S))          # exp(U_t - c_t), then G below
     alpha = _buffer(work, "alpha", (T, K, S))
     c = np.empty((T, S))                       # c_t = max_k U_t[k]
@@ -152,19 +145,25 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
         beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
         nxt = np.ones((K, S))                                        # beta[t1 - 1]
         one = np.ones(K)
-        mul, div = np.multiply, np.divide
+        dot, mul, div = np.dot, np.multiply, np.divide
         for t1 in range(T, 0, -BCHUNK):
             t0 = max(t1 - BCHUNK, 0)
             if not inloop:
                 mul(G[t0:t1], rc[t0:t1, None, :], out=G[t0:t1])
-            beta[t1 - 1 - t0] = nxt
+            b = beta[t1 - 1 - t0]
+            b[...] = nxt
             for t in range(t1 - 1, t0 - 1, -1):
-                g = mul(G[t], beta[t - t0], out=G[t])
+                g = G[t]
+                mul(g, b, g)
                 if inloop and t % RENORM == 0:
-                    div(g, c_div[t], out=g)
+                    div(g, c_div[t], g)
                 if t == 0:
                     break
-                b = bwd(g, beta[t - 1 - t0] if t > t0 else nxt)
+                b = beta[t - 1 - t0] if t > t0 else nxt
+                if shared:
+                    dot(At, g, out=b)         # b[i, s] = sum_j At[i, j] g[j, s]
+                else:
+                    np.einsum("ijs,js->is", Ak, g, out=b)
                 if short:
                     np.copyto(b, 1.0, where=~live[t])
             n = t1 - t0
@@ -217,22 +216,23 @@ def _forward(U, B, c, At, shared, alpha):
         cc = np.max(Bc, axis=1, out=c[t0:t1])     # over the middle axis: (S,) rows
         np.subtract(Bc, cc[:, None, :], out=Bc)
         np.exp(Bc, out=Bc)
+        a = alpha[t0 - 1] if t0 else None
         for t in range(t0, t1):
-            a = alpha[t]
+            prev, a = a, alpha[t]
             if t == 0:
                 np.copyto(a, B[0])
                 if not shared:
-                    div(a, dot(one, a, out=c_div[0]), out=a)
+                    div(a, dot(one, a, out=c_div[0]), a)
                 continue
             if shared:
-                dot(AtT, alpha[t - 1], out=a)
-                mul(a, B[t], out=a)
+                dot(AtT, prev, out=a)
+                mul(a, B[t], a)
                 if t % RENORM == 0:
-                    div(a, dot(one, a, out=c_div[t]), out=a)
+                    div(a, dot(one, a, out=c_div[t]), a)
             else:
-                np.einsum("ijs,is->js", Ak, alpha[t - 1], out=a)
-                mul(a, B[t], out=a)
-                div(a, dot(one, a, out=c_div[t]), out=a)
+                np.einsum("ijs,is->js", Ak, prev, out=a)
+                mul(a, B[t], a)
+                div(a, dot(one, a, out=c_div[t]), a)
     return c_div
 
 
