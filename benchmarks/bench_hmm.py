@@ -20,7 +20,7 @@ bound; it is added here). Time per sweep: median over the timed sweeps, in wall 
 in process CPU time (``time.process_time``: on a shared machine the CPU time does not count
 the time spent waiting for a CPU; with ``--blas-threads 1`` both sides run one thread).
 
-    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1
+    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1 [--parts 11]
 """
 from __future__ import annotations
 
@@ -132,6 +132,33 @@ def run_blrgraph(model, h, n_iter):
     return _per_sweep(stamps), np.array(trace)
 
 
+def sweep_parts(model, n_sweeps):
+    """Process CPU time of each part of a blrgraph sweep (after :func:`run_blrgraph`), median
+    over ``n_sweeps`` sweeps, in seconds: the updates of pi, A and theta; the chain's BLR
+    step (its prior, the Mixture's message to z, their sum); forward-backward (the
+    chain's moments); the ELBO."""
+    from blrgraph.inference.blr import blr_step
+    from blrgraph.inference.elbo import elbo
+    pi, A, theta, z = (model[n] for n in ("pi", "A", "theta", "z"))
+    parts = {k: [] for k in ("updates of pi, A, theta", "chain: prior + Mixture message",
+                             "chain: forward-backward", "ELBO", "sweep")}
+    for _ in range(n_sweeps):
+        t = [time.process_time()]
+        for node in (pi, A, theta):
+            blr_step(model, node)
+        t.append(time.process_time())
+        blr_step(model, z)
+        t.append(time.process_time())
+        z.moments()
+        t.append(time.process_time())
+        elbo(model)
+        t.append(time.process_time())
+        for k, d in zip(parts, np.diff(t)):
+            parts[k].append(d)
+        parts["sweep"].append(t[-1] - t[0])
+    return {k: float(np.median(v)) for k, v in parts.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sequences", type=int, default=100)
@@ -142,6 +169,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20 sequences x 200 steps, 5 sweeps")
     ap.add_argument("--blas-threads", type=int, help="cap BLAS threads (default: as configured)")
+    ap.add_argument("--parts", type=int, default=0, metavar="N",
+                    help="then N more blrgraph sweeps, timing each part of a sweep (CPU)")
     ap.add_argument("--json", help="write every number to this file")
     args = ap.parse_args(argv)
     if args.quick:
@@ -179,10 +208,14 @@ def main(argv=None):
                       "CPU per sweep", "CPU / blrgraph's",
                       f"ELBO after {args.iters + 1} sweeps",
                       "max rel. ELBO difference to blrgraph (every sweep)"], rows))
+    parts = sweep_parts(model, args.parts) if args.parts else None
+    if parts:
+        print(f"\nblrgraph, process CPU time per part of a sweep (median of {args.parts}):\n")
+        print(C.md_table(["part", "CPU per sweep"], [[k, C.fmt_t(v)] for k, v in parts.items()]))
     print(f"\ncommand: `{C.command_line()}`")
     C.write_json(args.json, {"machine": info, "S": S, "T": T, "K": K, "D": D, "iters": args.iters,
                              "blrgraph": {"per_sweep": t_b[0], "cpu_per_sweep": t_b[1],
-                                          "elbo": trace},
+                                          "elbo": trace, "cpu_parts": parts},
                              "hmmlearn": {k: {"per_sweep": v[0][0], "cpu_per_sweep": v[0][1],
                                               "elbo": v[1]}
                                           for k, v in results.items()}})
