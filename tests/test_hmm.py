@@ -278,6 +278,33 @@ def test_forward_backward_chunks_and_work_arrays(monkeypatch, chunk, bchunk, sha
     np.testing.assert_allclose(first.marginals.sum(-1), 1.0, atol=1e-12)
 
 
+def test_work_arrays_are_kept_during_a_fit_and_dropped_after():
+    """The chain node reuses forward-backward's work arrays from sweep to sweep and
+    releases them when the fit ends; q is unchanged by the release."""
+    rng = np.random.default_rng(3)
+    S, T, K = 3, 40, 2
+    x = rng.normal(size=(S, T)) + 3.0 * (rng.random((S, T)) < 0.5)
+    pi = bg.Dirichlet(np.ones(K), name="pi")
+    A = bg.Dirichlet(np.ones(K), plates=(K,), name="A")
+    z = bg.CategoricalMarkovChain(pi, A, length=T, plates=(S,), name="z")
+    mu = bg.Normal(0.0, 0.01, plates=(K,), name="mu")
+    y = bg.Mixture(z, bg.Normal, mu, 1.0, name="y").observe(x)
+    model = bg.Model(y)
+    model.fit("vmp", max_iter=3, seed=0)
+    assert z._work == {}
+    blr_step(model, z)
+    z.moments()
+    assert set(z._work) == {"B", "alpha"} and z._work["B"].shape == (T, K, S)
+    kept = z._work["B"]
+    blr_step(model, z)
+    reused = z.moments()[0]
+    assert z._work["B"] is kept                  # reused, not reallocated
+    z.release()
+    assert z._work == {}
+    z.set_natural(z.nat)                         # the same q, from fresh arrays
+    np.testing.assert_array_equal(z.moments()[0], reused)
+
+
 def test_long_chains_with_sharp_emissions_and_rare_transitions(monkeypatch):
     """2000 steps whose emissions differ by up to ~100 nats and whose transitions are
     down to e^-43: the partly renormalised forward pass stays exact (without the

@@ -255,6 +255,11 @@ class CategoricalMarkovChain(Stochastic):
         self._snap = np.asarray(self.factor.parents[1].moments()[0], dtype=float)
         self._cache = None
 
+    def release(self):
+        """Also drop forward-backward's work arrays (kept from sweep to sweep in a fit)."""
+        super().release()
+        self._work.clear()
+
     def _lengths(self):
         """(S',) lengths: one past each sequence's last step observed by some child (a
         child with no mask, or a latent child, observes every step)."""
