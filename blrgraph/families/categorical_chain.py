@@ -103,10 +103,11 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
     the forward vectors and one divides them by the sums); a backward step one
     elementwise product and one (K, K) @ (K, S) product (and at the same steps a
     division by the forward pass's sums). Any scaling of the forward vectors is exact
-    as long as the backward pass divides by the same factors. The whole-array work
-    (the emissions' exp, the marginals, the operands of the counts) is done CHUNK
-    steps at a time next to the recursion, while those steps are in the CPU cache.
-    The expected counts are one (K, T-1) @ (T-1, K) product per sequence at the end."""
+    as long as the backward pass divides by the same factors. The whole-array work is
+    done a block of steps at a time next to the recursions, while those steps are in
+    the CPU cache: the emissions' exp CHUNK steps at a time in the forward loop, the
+    marginals and the operands of the counts BCHUNK steps at a time in the backward
+    loop. The expected counts are one (K, n) @ (n, K) product per sequence and block."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
