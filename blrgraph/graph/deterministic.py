@@ -150,12 +150,6 @@ class Dot(Deterministic):
     def restrict(self, rows, cut, source_rows=None):
         state = super().restrict(rows, cut)
         state["X"] = self.X
-        self.X = self.X[rows] if self.X.ndim > 1 else self.X
-        return state
-
-    def restrict(self, rows, cut, source_rows=None):
-        state = super().restrict(rows, cut)
-        state["X"] = self.X
         if self.X is not None and self.X.ndim > 1:
             self.X = self.X[rows]
         return state
@@ -179,6 +173,27 @@ class Dot(Deterministic):
         out = (mean, second)
         self._cache = (srcs, self.X, out)
         return out
+
+    def moment_sums(self, coef, y, target_plates, plates=()):
+        """(sum coef y E[a], sum coef E[a^2]) over the entries, reduced to ``target_plates``,
+        without the per-entry moments of :meth:`moments` (docs/latent_products.md, "Sums
+        over the entries"); None for a design-matrix operand (the caller then reads
+        :meth:`moments`). ``coef`` and ``y`` are plate arrays (or None: 1, and no first
+        sum); ``plates``: the entries' plates (the child's), broadcast with the product's.
+
+        With two latent operands E[a^2] = tr(E[w w^T] E[x x^T]), so the sum is one
+        contraction of the operands' second moments that never builds the (entries)
+        array: with coef constant along an operand's own plate axes (no mask, one noise
+        precision) it is tr((sum_d E[w_d w_d^T]) (sum_n E[x_n x_n^T])), K x K work after
+        the sums; with per-entry weights (a mask) it is one product of the weights
+        with an operand's second moments. The same einsum evaluates the first sum as
+        sum_d E[w_d] . (y^T c)_d ... (one product with the data)."""
+        if self.X is not None:
+            return None
+        (ma, Sa), (mb, Sb) = (p.moments() for p in self.operands)
+        kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
+        s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
+        return s1, wsum(coef, Sa, Sb, subs=("AB", "AB"), out="", **kw)
 
     def backward(self, msg, parent):
         c1, c2 = msg

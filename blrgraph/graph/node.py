@@ -678,7 +678,7 @@ class Stochastic(Node):
     def elbo_term(self):
         """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),
         summed over entries with weights mask x counts."""
-        u = [p.moments() for p in self.factor.parents]
+        u = _LazyMoments(self.factor.parents)   # a factor may not need every parent's moments
         x = self.child_data()
         w = self.mask if self.observed else self.observed_entries()
         pm = self._observed_parent_mask()

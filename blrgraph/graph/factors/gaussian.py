@@ -40,9 +40,33 @@ class NormalFactor(Conditional):
                 # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
                 return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
+        sums = _mean_sums(self.parents[0], w, x1, target, x.plates)
+        if sums is not None:   # sum w (x - m)^2 = sum w x^2 - 2 sum w x E[m] + sum w E[m^2]
+            s1, s2 = sums
+            return (0.5 * wsum(w, **kw), -0.5 * (wsum(w, x2, **kw) - 2.0 * s1 + s2))
         m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
+
+    def weighted_loglik(self, x, u, w):
+        """sum_n w_n E[log N(x_n | m, 1/tau)]; with a mean that sums its moments over the
+        entries itself (``Dot`` of two latent vectors: :func:`_mean_sums`), from those
+        sums, without the per-entry E[m], E[m^2]."""
+        x1, x2 = x.moments
+        lt, t = u[1]
+        coef = t if w is None else np.asarray(w, dtype=float) * t
+        sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
+        if sums is None:
+            return super().weighted_loglik(x, u, w)
+        s1, s2 = sums
+        kw = dict(target_plates=(), full_plates=x.plates)
+        total = s1 - 0.5 * wsum(coef, x2, **kw) - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
+            - 0.5 * LOG2PI * wsum(w, **kw)
+        lh = self.log_base_measure(x)
+        if np.any(np.asarray(lh) != 0):
+            from ..node import _weighted_sum
+            total = total + _weighted_sum(lh, w, x.plates)
+        return float(total)
 
     def predictive(self, q, plates, ctx):
         """Gaussian mean (or a linear predictor of a Gaussian q) and a fixed precision:
@@ -64,6 +88,14 @@ class NormalFactor(Conditional):
             return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean.mean, plates),
                                var=np.broadcast_to(mean.var + inv_tau, plates))
         return super().predictive(q, plates, ctx)
+
+
+def _mean_sums(mean, w, x1, target, plates):
+    """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
+    when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
+    two latent vectors), else None (then the caller reads the parent's moments)."""
+    f = getattr(mean, "moment_sums", None)
+    return None if f is None else f(w, x1, target, plates)
 
 
 class NormalGammaFactor(Conditional):
