@@ -126,6 +126,22 @@ class MultivariateNormal(ExponentialFamily):
         When every plate entry has the same precision (the scores of probabilistic PCA
         without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row) it is
         factorised once; L, Sigma, log|L| and c^{-1} are then read-only broadcast views."""
+        memo = self.__dict__.get("_unpack_memo")
+        if memo is not None and len(nat) == 2 and memo[0] is nat[0] and memo[1] is nat[1]:
+            return memo[2]   # the same q (natural parameters are replaced, never modified)
+        out = self._unpack_new(nat)
+        for a in out:
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                a.flags.writeable = False   # shared by the readers of this q
+        self._unpack_memo = (nat[0], nat[1], out)
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_unpack_memo", None)   # a work cache, not part of the family
+        return state
+
+    def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
@@ -226,6 +242,8 @@ def _shared_matrix(a):
     if int(np.prod(a.shape[:-2], dtype=int)) <= 1:
         return None
     first = a[(0,) * k]
+    if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
+        return first   # a broadcast view of one matrix: equal without looking
     if not np.array_equal(a[(-1,) * k], first):   # cheap exit for distinct matrices
         return None
     if not np.array_equal(a, np.broadcast_to(first, a.shape)):

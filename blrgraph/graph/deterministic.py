@@ -204,7 +204,27 @@ class Dot(Deterministic):
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
         m, S = other.moments()
         return (wsum(c1, m, subs=("A",), out="A", **kw),
-                wsum(c2, S, subs=("AB",), out="AB", **kw))
+                self._constant_along(c2, S, parent.plates))
+
+    def _constant_along(self, c, S, target):
+        """sum c E[other other^T] reduced to ``target`` (the parent's plates). A parent axis
+        along which neither c nor S varies (the scores' axis in PCA when the noise
+        precision is one number) is not filled in: the sum is computed once and returned
+        as a read-only broadcast view (all scores then share one precision matrix,
+        which the MultivariateNormal family factorises once)."""
+        full, n = self.plates, len(target)
+        shapes = [np.shape(c)[:np.ndim(c)], np.shape(S)[:np.ndim(S) - 2]]
+        keep = [any(len(s) >= n - j and s[len(s) - (n - j)] != 1 for s in shapes)
+                for j in range(n)]
+        if all(keep):
+            return wsum(c, S, subs=("AB",), out="AB", target_plates=target, full_plates=full)
+        t2 = tuple(t if k else 1 for t, k in zip(target, keep))
+        f2 = list(full)
+        for j, k in enumerate(keep):     # the parent's axes, right-aligned with the product's
+            if not k:
+                f2[len(full) - n + j] = 1
+        res = wsum(c, S, subs=("AB",), out="AB", target_plates=t2, full_plates=tuple(f2))
+        return np.broadcast_to(res, tuple(target) + res.shape[-2:])
 
     def start(self, rng):
         """Two latent operands with zero-mean priors are a saddle point of the ELBO
