@@ -62,10 +62,9 @@ class NormalFactor(Conditional):
         kw = dict(target_plates=(), full_plates=x.plates)
         total = s1 - 0.5 * wsum(coef, x2, **kw) - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
             - 0.5 * LOG2PI * wsum(w, **kw)
-        lh = self.log_base_measure(x)
-        if np.any(np.asarray(lh) != 0):
+        if _has_log_h(self.node.family):
             from ..node import _weighted_sum
-            total = total + _weighted_sum(lh, w, x.plates)
+            total = total + _weighted_sum(self.log_base_measure(x), w, x.plates)
         return float(total)
 
     def predictive(self, q, plates, ctx):
@@ -88,6 +87,14 @@ class NormalFactor(Conditional):
             return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean.mean, plates),
                                var=np.broadcast_to(mean.var + inv_tau, plates))
         return super().predictive(q, plates, ctx)
+
+
+def _has_log_h(family):
+    """Does the family define a non-constant log h (else log h = 0: nothing to sum)?"""
+    from ...families.base import ExponentialFamily
+    t = type(family)
+    return (t.log_base_measure is not ExponentialFamily.log_base_measure
+            or t.expected_log_base_measure is not ExponentialFamily.expected_log_base_measure)
 
 
 def _mean_sums(mean, w, x1, target, plates):
@@ -195,6 +202,20 @@ class MultivariateNormalFactor(Conditional):
         (m1, _), (L, _) = u
         eta1 = np.einsum("...ij,...j->...i", L, m1)
         return _lin_quad(x.value, eta1, L) - self.expected_log_partition(u)
+
+    def weighted_loglik(self, x, u, w):
+        """A latent vector without weights: sum_n <E eta, (E x_n, E x_n x_n^T)> - E[A] as
+        two contractions over the entries (the prior's parameters are not broadcast to
+        every entry, and no per-entry product of the (entries, D, D) moments is formed)."""
+        if x.value is not None or w is not None or getattr(x, "cells", None) is not None \
+                or _has_log_h(self.node.family):
+            return super().weighted_loglik(x, u, w)
+        eta1, eta2 = self.prior_natural(u)
+        x1, x2 = x.moments
+        kw = dict(target_plates=(), full_plates=x.plates)
+        return float(wsum(None, eta1, x1, subs=("A", "A"), **kw)
+                     + wsum(None, eta2, x2, subs=("AB", "AB"), **kw)
+                     - wsum(None, self.expected_log_partition(u), **kw))
 
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
