@@ -156,6 +156,19 @@ class MultivariateNormal(ExponentialFamily):
         return (m, np.broadcast_to(prec, full), np.broadcast_to(cov, full),
                 np.broadcast_to(logdet, plates), np.broadcast_to(ci, full))
 
+    def shared_covariance(self, nat):
+        """(E[x], Sigma) when a stack of two or more entries has one covariance Sigma for
+        every entry (the scores of probabilistic PCA without missing cells; see
+        :meth:`_unpack`), so that E[x x^T] = Sigma + E[x] E[x]^T can be used without
+        building the (entries, D, D) stack (docs/latent_products.md); Sigma with size-1
+        plate axes. None otherwise."""
+        m, _, cov, _, _ = self._unpack(nat)
+        k = cov.ndim - 2
+        if k == 0 or int(np.prod(cov.shape[:k], dtype=int)) <= 1 or \
+                not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
+            return None
+        return m, cov[(slice(0, 1),) * k]
+
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
         return {"mean": np.array(self._plus_c(m)), "precision": np.array(prec)}

@@ -181,19 +181,20 @@ class Dot(Deterministic):
         :meth:`moments`). ``coef`` and ``y`` are plate arrays (or None: 1, and no first
         sum); ``plates``: the entries' plates (the child's), broadcast with the product's.
 
-        With two latent operands E[a^2] = tr(E[w w^T] E[x x^T]), so the sum is one
-        contraction of the operands' second moments that never builds the (entries)
-        array: with coef constant along an operand's own plate axes (no mask, one noise
-        precision) it is tr((sum_d E[w_d w_d^T]) (sum_n E[x_n x_n^T])), K x K work after
-        the sums; with per-entry weights (a mask) it is one product of the weights
-        with an operand's second moments. The same einsum evaluates the first sum as
-        sum_d E[w_d] . (y^T c)_d ... (one product with the data)."""
+        E[a^2] = tr(E[w w^T] E[x x^T]) is contracted by einsum without the (entries)
+        array: with coef constant (no mask, one noise precision) the sums over each
+        operand's own entries come first, K x K work after them; an operand whose
+        entries share one covariance (:func:`_second_terms`) adds its E[x] E[x]^T and
+        Sigma parts separately, so its (entries, K, K) stack is never built. The first
+        sum is one product of the data with an operand's means."""
         if self.X is not None:
             return None
-        (ma, Sa), (mb, Sb) = (p.moments() for p in self.operands)
+        shared = coef is None or np.ndim(coef) == 0   # per-entry weights: the stacks
+        (ma, ta), (mb, tb) = (_second_terms(p, shared) for p in self.operands)
         kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
         s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
-        return s1, wsum(coef, Sa, Sb, subs=("AB", "AB"), out="", **kw)
+        s2 = sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
+        return s1, s2
 
     def backward(self, msg, parent):
         c1, c2 = msg
@@ -202,29 +203,29 @@ class Dot(Deterministic):
             return (wsum(c1, self.X, subs=("A",), out="A", **kw),
                     wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
-        m, S = other.moments()
+        m, terms = _second_terms(other, True)
         return (wsum(c1, m, subs=("A",), out="A", **kw),
-                self._constant_along(c2, S, parent.plates))
+                self._constant_along(c2, m, terms, parent.plates))
 
-    def _constant_along(self, c, S, target):
-        """sum c E[other other^T] reduced to ``target`` (the parent's plates). A parent axis
-        along which neither c nor S varies (the scores' axis in PCA when the noise
-        precision is one number) is not filled in: the sum is computed once and returned
-        as a read-only broadcast view (all scores then share one precision matrix,
-        which the MultivariateNormal family factorises once)."""
+    def _constant_along(self, c, m, terms, target):
+        """sum c E[other other^T] (the sum of ``terms``, :func:`_second_terms`) reduced to
+        ``target`` (the parent's plates). A parent axis along which neither c nor the
+        other operand varies (the scores' axis in PCA when the noise precision is one
+        number) is not filled in: the sum is computed once and returned as a read-only
+        broadcast view (all scores then share one precision matrix, which the
+        MultivariateNormal family factorises once)."""
         full, n = self.plates, len(target)
-        shapes = [np.shape(c)[:np.ndim(c)], np.shape(S)[:np.ndim(S) - 2]]
+        shapes = [np.shape(c)[:np.ndim(c)], np.shape(m)[:np.ndim(m) - 1]]
         keep = [any(len(s) >= n - j and s[len(s) - (n - j)] != 1 for s in shapes)
                 for j in range(n)]
-        if all(keep):
-            return wsum(c, S, subs=("AB",), out="AB", target_plates=target, full_plates=full)
         t2 = tuple(t if k else 1 for t, k in zip(target, keep))
         f2 = list(full)
         for j, k in enumerate(keep):     # the parent's axes, right-aligned with the product's
             if not k:
                 f2[len(full) - n + j] = 1
-        res = wsum(c, S, subs=("AB",), out="AB", target_plates=t2, full_plates=tuple(f2))
-        return np.broadcast_to(res, tuple(target) + res.shape[-2:])
+        res = sum(wsum(c, *a, subs=sa, out="AB", target_plates=t2, full_plates=tuple(f2))
+                  for a, sa in terms)
+        return res if all(keep) else np.broadcast_to(res, tuple(target) + res.shape[-2:])
 
     def start(self, rng):
         """Two latent operands with zero-mean priors are a saddle point of the ELBO
@@ -241,6 +242,25 @@ class Dot(Deterministic):
                 continue   # a given start (``node.start_from``)
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+def _second_terms(node, shared=True):
+    """(E[v], terms) of a vector operand: E[v v^T] as a sum of wsum terms (arrays, subs).
+    A latent MultivariateNormal q whose entries share one covariance Sigma (the family's
+    ``shared_covariance``: the scores of PCA without missing cells) gives
+    [((Sigma,), ("AB",)), ((E[v], E[v]), ("A", "B"))], E[v v^T] = Sigma + E[v] E[v]^T,
+    so the (entries, D, D) stack is never built; otherwise (or ``shared=False``) the
+    per-entry array [((E[v v^T],), ("AB",))]."""
+    parts = None
+    if shared and getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None:
+        f = getattr(node.family, "shared_covariance", None)
+        parts = None if f is None else f(node.nat)
+    if parts is None:
+        m, S = node.moments()
+        return m, [((S,), ("AB",))]
+    m, cov = parts
+    return m, [((cov,), ("AB",)), ((m, m), ("A", "B"))]
 
 
 def _random_mean(node, rng):

@@ -473,7 +473,8 @@ class Stochastic(Node):
         if self.point:
             return ChildData(self.family.centred_point_value(self.nat),
                              self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
-        return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
+        return ChildData(None, None, self.plates, self.family.value_ndim,   # read when needed
+                         make_moments=self.moments)
 
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""

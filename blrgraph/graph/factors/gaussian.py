@@ -210,11 +210,16 @@ class MultivariateNormalFactor(Conditional):
         if x.value is not None or w is not None or getattr(x, "cells", None) is not None \
                 or _has_log_h(self.node.family):
             return super().weighted_loglik(x, u, w)
+        from ..deterministic import _second_terms
         eta1, eta2 = self.prior_natural(u)
-        x1, x2 = x.moments
         kw = dict(target_plates=(), full_plates=x.plates)
+        if tuple(x.plates) == tuple(self.node.plates):   # the node's own q: E[x x^T] may come
+            x1, terms = _second_terms(self.node)          # as Sigma + E[x] E[x]^T (no stack)
+        else:
+            x1, x2 = x.moments
+            terms = [((x2,), ("AB",))]
         return float(wsum(None, eta1, x1, subs=("A", "A"), **kw)
-                     + wsum(None, eta2, x2, subs=("AB", "AB"), **kw)
+                     + sum(wsum(None, eta2, *a, subs=("AB",) + sa, **kw) for a, sa in terms)
                      - wsum(None, self.expected_log_partition(u), **kw))
 
     def message(self, i, x, u, w, target):
