@@ -22,6 +22,23 @@ class NormalFactor(Conditional):
     """x ~ N(mean, 1/precision); slots mean (Normal moments (m, m^2)),
     precision (Gamma moments (log tau, tau))."""
 
+    caches = ("_kept",)
+
+    def _keep(self, key, operands, make):
+        """``make()``, kept until one of ``operands`` is another object: the data, and a
+        precision's moments between its updates (the scores' step of one PCA sweep reads
+        the E[tau] y the loadings' step of the previous sweep built). Moments are replaced,
+        never modified, so identity tells; the result is read-only."""
+        kept = self.__dict__.setdefault("_kept", {})
+        hit = kept.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], operands)):
+            return hit[1]
+        out = make()
+        if isinstance(out, np.ndarray):
+            out.flags.writeable = False
+        kept[key] = (tuple(operands), out)
+        return out
+
     def prior_natural(self, u):
         (m1, _), (_, t) = u
         return (t * m1, -0.5 * t)
@@ -38,15 +55,22 @@ class NormalFactor(Conditional):
             if w is None and tuple(target) == tuple(x.plates):
                 # nothing to sum: the precision at its own (broadcastable) shape, so a
                 # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
-                return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
+                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: wsum(None, t, x1, **kw))
+                return (c1, -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
         sums = _mean_sums(self.parents[0], w, x1, target, x.plates)
         if sums is not None:   # sum w (x - m)^2 = sum w x^2 - 2 sum w x E[m] + sum w E[m^2]
             s1, s2 = sums
-            return (0.5 * wsum(w, **kw), -0.5 * (wsum(w, x2, **kw) - 2.0 * s1 + s2))
+            return (0.5 * wsum(w, **kw), -0.5 * (self._data_sum(w, x2, kw) - 2.0 * s1 + s2))
         m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
+
+    def _data_sum(self, w, x2, kw):
+        """sum w x^2 reduced to kw's target; without weights, kept while x is the same."""
+        if w is not None:
+            return wsum(w, x2, **kw)
+        return self._keep(("x2", tuple(kw["target_plates"])), (x2,), lambda: wsum(None, x2, **kw))
 
     def weighted_loglik(self, x, u, w):
         """sum_n w_n E[log N(x_n | m, 1/tau)]; with a mean that sums its moments over the
@@ -60,7 +84,9 @@ class NormalFactor(Conditional):
             return super().weighted_loglik(x, u, w)
         s1, s2 = sums
         kw = dict(target_plates=(), full_plates=x.plates)
-        total = s1 - 0.5 * wsum(coef, x2, **kw) - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
+        sx2 = t * self._data_sum(None, x2, kw) if w is None and np.ndim(t) == 0 \
+            else wsum(coef, x2, **kw)
+        total = s1 - 0.5 * sx2 - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
             - 0.5 * LOG2PI * wsum(w, **kw)
         if _has_log_h(self.node.family):
             from ..node import _weighted_sum
