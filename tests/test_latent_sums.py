@@ -94,12 +94,13 @@ def test_normal_child_of_dot_message_and_elbo_equal_the_per_entry_formulas(maske
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_messages_through_dot_equal_the_dense_formulas(masked):
+@pytest.mark.parametrize("tau_plates", [(), (6, 1)])
+def test_messages_through_dot_equal_the_dense_formulas(masked, tau_plates):
     """(sum_d c1 E[w_d], sum_d c2 E[w_d w_d^T]) to the scores and the symmetric sums to the
     loadings, from the per-entry moments; shared scores get one read-only matrix."""
     rng = np.random.default_rng(3)
     mask = rng.random((6, 9)) < 0.7 if masked else None
-    model, y, W, X, tau, Y = _pca(mask=mask)
+    model, y, W, X, tau, Y = _pca(mask=mask, tau_plates=tau_plates)
     model.fit("vmp", max_iter=3, tol=0)
     w = np.ones((6, 9)) if mask is None else mask.astype(float)
     data = np.where(w > 0, y.value, 0.0)

@@ -216,8 +216,8 @@ class Dot(Deterministic):
         MultivariateNormal family factorises once)."""
         full, n = self.plates, len(target)
         shapes = [np.shape(c)[:np.ndim(c)], np.shape(m)[:np.ndim(m) - 1]]
-        keep = [any(len(s) >= n - j and s[len(s) - (n - j)] != 1 for s in shapes)
-                for j in range(n)]
+        keep = [target[j] == 1 or any(len(s) >= n - j and s[len(s) - (n - j)] != 1 for s in shapes)
+                for j in range(n)]   # an axis of size 1 is the parent's own: nothing to fill
         t2 = tuple(t if k else 1 for t, k in zip(target, keep))
         f2 = list(full)
         for j, k in enumerate(keep):     # the parent's axes, right-aligned with the product's
