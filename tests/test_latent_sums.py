@@ -211,3 +211,53 @@ def test_pca_without_missing_cells_equals_bayespy_sweep_by_sweep():
             theirs.append(Q.L[Q.iter - 1])
     np.testing.assert_allclose(ours, theirs, rtol=1e-10)
     assert ours[-1] > ours[0] + 1.0
+
+
+def _offset_model(kind, mask, seed=7):
+    """y ~ N(s, 1/tau) with s = Dot(W, X) + mu (PCA with column offsets), Dot + Dot, or a
+    regression Dot(array, w) + mu (no summed path: the per-entry one)."""
+    rng = np.random.default_rng(seed)
+    M, N, K = 5, 8, 2
+    Y = rng.normal(size=(M, 2)) @ rng.normal(size=(2, N)) + 0.3 * rng.normal(size=(M, N)) + 3.0
+    alpha = bg.Gamma(2.0, 1.0, plates=(K,), name="alpha")
+    W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
+    X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
+    mu = bg.Normal(0.0, 1e-2, plates=(M, 1), name="mu")
+    if kind == "dot+mu":
+        s = bg.Add(bg.Dot(W, X), mu)
+    elif kind == "dot+dot":
+        V = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(M, 1), name="V")
+        Z = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="Z")
+        s = bg.Add(bg.Dot(W, X), bg.Dot(V, Z))
+    else:
+        s = bg.Add(bg.Dot(rng.normal(size=(M, N, K)), bg.MultivariateNormal(
+            np.zeros(K), np.eye(K), name="w")), mu)
+    tau = bg.Gamma(2.0, 1.0, name="tau")
+    y = bg.Normal(s, tau, name="Y").observe(Y if mask is None else np.where(mask, Y, np.nan),
+                                           mask=mask)
+    bg.Model(y).fit("vmp", max_iter=4, tol=0, seed=0)
+    return y, tau, s
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("kind", ["dot+mu", "dot+dot", "regression+mu"])
+def test_add_of_a_dot_gives_its_sums_and_the_per_entry_results(kind, masked):
+    mask = np.random.default_rng(8).random((5, 8)) < 0.7 if masked else None
+    y, tau, s = _offset_model(kind, mask)
+    if kind == "regression+mu":
+        assert s.moment_sums(None, y.value, (), (5, 8)) is None   # nothing to sum by itself
+    else:
+        data = np.asarray(y.value, dtype=float)
+        data = np.where(np.isnan(data), 0.0, data)
+        for coef in (None, np.asarray(1.5), np.random.default_rng(9).random((5, 8))):
+            got = s.moment_sums(coef, data, (), (5, 8))
+            np.testing.assert_allclose(got, _per_entry_sums(s, coef, data, (5, 8)), rtol=1e-12)
+    m1, m2 = s.moments()
+    w = np.ones((5, 8)) if mask is None else mask.astype(float)
+    data = np.where(w > 0, y.value, 0.0)
+    lt, t = tau.moments()
+    got = y.message_to(tau)
+    np.testing.assert_allclose(got[1], -0.5 * np.sum(w * (data ** 2 - 2 * data * m1 + m2)),
+                               rtol=1e-12)
+    ll = t * data * m1 - 0.5 * t * data ** 2 - 0.5 * t * m2 + 0.5 * lt - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(y.elbo_term(), np.sum(w * ll), rtol=1e-12)

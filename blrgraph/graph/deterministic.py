@@ -174,12 +174,13 @@ class Dot(Deterministic):
         self._cache = (srcs, self.X, out)
         return out
 
-    def moment_sums(self, coef, y, target_plates, plates=()):
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
         """(sum coef y E[a], sum coef E[a^2]) over the entries, reduced to ``target_plates``,
         without the per-entry moments of :meth:`moments` (docs/latent_products.md, "Sums
         over the entries"); None for a design-matrix operand (the caller then reads
         :meth:`moments`). ``coef`` and ``y`` are plate arrays (or None: 1, and no first
-        sum); ``plates``: the entries' plates (the child's), broadcast with the product's.
+        sum); ``plates``: the entries' plates (the child's), broadcast with the product's;
+        ``second=False``: the first sum only (None in place of the second).
 
         E[a^2] = tr(E[w w^T] E[x x^T]) is contracted by einsum without the (entries)
         array: with coef constant (no mask, one noise precision) the sums over each
@@ -190,9 +191,11 @@ class Dot(Deterministic):
         if self.X is not None:
             return None
         shared = coef is None or np.ndim(coef) == 0   # per-entry weights: the stacks
-        (ma, ta), (mb, tb) = (_second_terms(p, shared) for p in self.operands)
+        (ma, ta), (mb, tb) = (_second_terms(p, shared or not second) for p in self.operands)
         kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
         s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
+        if not second:
+            return s1, None
         s2 = sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
         return s1, s2
 
@@ -334,6 +337,39 @@ class Add(Deterministic):
         (ma, sa), (mb, sb) = (p.moments() for p in self.operands)
         return (np.broadcast_to(ma + mb, self.plates),
                 np.broadcast_to(sa + 2.0 * ma * mb + sb, self.plates))
+
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
+        """(sum coef y E[s], sum coef E[s^2]) reduced to ``target_plates`` (see
+        :meth:`Dot.moment_sums`) from the operands' own sums when one of them gives them
+        (``Add(Dot(W, x), mu)``: probabilistic PCA with column offsets), else None:
+
+            sum c y E[s]   = sum c y E[a] + sum c y E[b]
+            sum c E[s^2]   = sum c E[a^2] + 2 sum c E[b] E[a] + sum c E[b^2]
+
+        the cross term as the first sum of the operand that gives its sums, with the
+        other's mean in place of y."""
+        full = broadcast_plates(self.plates, plates)
+        kw = dict(target_plates=target_plates, full_plates=full)
+
+        def own(op, yy, sec):
+            f = getattr(op, "moment_sums", None)
+            return None if f is None else f(coef, yy, target_plates, full, second=sec)
+
+        got = [own(op, y, second) for op in self.operands]
+        if all(g is None for g in got):
+            return None
+        mine = [g is not None for g in got]
+        for i, op in enumerate(self.operands):
+            if got[i] is None:
+                m1, m2 = op.moments()
+                got[i] = (None if y is None else wsum(coef, y, m1, **kw),
+                          wsum(coef, m2, **kw) if second else None)
+        s1 = None if y is None else got[0][0] + got[1][0]
+        if not second:
+            return s1, None
+        i = mine.index(True)
+        cross = own(self.operands[i], self.operands[1 - i].moments()[0], False)[0]
+        return s1, got[0][1] + 2.0 * cross + got[1][1]
 
     def backward(self, msg, parent):
         c1, c2 = msg
