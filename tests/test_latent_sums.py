@@ -6,7 +6,7 @@ one covariance are used as Sigma + E[x] E[x]^T, never as an (entries, K, K) stac
 Each path is checked against the per-entry formulas it replaces (written out here with
 numpy from the published per-entry moments), with and without a mask, and a whole fit
 without missing cells against BayesPy and against the same fit through the per-entry
-paths (an all-True mask), sweep by sweep.
+paths (the summed paths switched off), sweep by sweep.
 """
 from __future__ import annotations
 
@@ -159,13 +159,20 @@ def test_compact_addition_is_exact():
     assert compact(c) is c
 
 
-def test_pca_without_missing_cells_same_trace_as_the_per_entry_paths():
-    """The same fit observed with an all-True mask goes through the per-entry paths
-    (weights on every entry); the ELBO after every sweep agrees to 1e-12."""
+def test_pca_without_missing_cells_same_trace_as_the_per_entry_paths(monkeypatch):
+    """The same fit with the summed paths switched off (the per-entry moments, one
+    precision matrix per score, the full BLR target): the ELBO after every sweep agrees to
+    1e-12 (an all-True mask would not do: observe() stores it as no mask)."""
+    from blrgraph.graph import deterministic
+    from blrgraph.inference import blr
     model, *_ = _pca(M=8, N=30, K=4, seed=6)
     fast = model.fit("vmp", max_iter=15, tol=0).elbo_trace
-    model2, *_ = _pca(M=8, N=30, K=4, seed=6, mask=np.ones((8, 30), bool))
+    monkeypatch.setattr(deterministic.Dot, "moment_sums", lambda self, *a, **k: None)
+    monkeypatch.setattr(MultivariateNormal, "shared_covariance", lambda self, nat: None)
+    monkeypatch.setattr(blr, "add_compact", lambda a, b: a + b)
+    model2, y2, W2, X2, *_ = _pca(M=8, N=30, K=4, seed=6)
     slow = model2.fit("vmp", max_iter=15, tol=0).elbo_trace
+    assert 0 not in X2.nat[1].strides      # (the stack of score precisions was built)
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
     assert np.all(np.diff(fast) > -1e-9 * np.abs(fast[1:]))
     assert fast[-1] > fast[0] + 1.0
@@ -261,3 +268,25 @@ def test_add_of_a_dot_gives_its_sums_and_the_per_entry_results(kind, masked):
                                rtol=1e-12)
     ll = t * data * m1 - 0.5 * t * data ** 2 - 0.5 * t * m2 + 0.5 * lt - 0.5 * np.log(2 * np.pi)
     np.testing.assert_allclose(y.elbo_term(), np.sum(w * ll), rtol=1e-12)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_message_through_add_and_dot_equals_the_dense_formula(masked):
+    """To the scores through Add(Dot(W, X), mu): (sum_d c1 E[w_d], sum_d c2 E[w_d w_d^T])
+    with c1 = E[tau] w (y - E[mu]), c2 = -E[tau] w / 2; one noise precision and no mask keep
+    one precision matrix for all scores."""
+    mask = np.random.default_rng(10).random((5, 8)) < 0.7 if masked else None
+    y, tau, s = _offset_model("dot+mu", mask)
+    dot, mu = s.operands
+    W, X = dot.operands
+    model = bg.Model(y)
+    w = np.ones((5, 8)) if mask is None else mask.astype(float)
+    data = np.where(w > 0, y.value, 0.0)
+    t = tau.moments()[1]
+    mw, Sw = W.moments()
+    c1, c2 = t * w * (data - mu.moments()[0]), -0.5 * t * w
+    got = incoming(model, X)
+    np.testing.assert_allclose(got[0], np.einsum("dn,dk->nk", c1, mw[:, 0]), rtol=1e-12)
+    np.testing.assert_allclose(np.broadcast_to(got[1], (8, 2, 2)),
+                               np.einsum("dn,dij->nij", c2, Sw[:, 0]), rtol=1e-12, atol=1e-14)
+    assert (0 in np.asarray(got[1]).strides) == (not masked)

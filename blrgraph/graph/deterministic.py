@@ -174,6 +174,14 @@ class Dot(Deterministic):
         self._cache = (srcs, self.X, out)
         return out
 
+    def first_moment(self):
+        """E[a] alone (an ``Add`` parent's message to its other operand needs no E[a^2])."""
+        if self.X is not None:
+            return self.moments()[0]
+        ma, mb = (_first_moment(p) for p in self.operands)
+        return wsum(None, ma, mb, subs=("A", "A"), out="", target_plates=self.plates,
+                    full_plates=self.plates)
+
     def moment_sums(self, coef, y, target_plates, plates=(), second=True):
         """(sum coef y E[a], sum coef E[a^2]) over the entries, reduced to ``target_plates``,
         without the per-entry moments of :meth:`moments` (docs/latent_products.md, "Sums
@@ -190,8 +198,8 @@ class Dot(Deterministic):
         sum is one product of the data with an operand's means."""
         if self.X is not None:
             return None
-        shared = coef is None or np.ndim(coef) == 0   # per-entry weights: the stacks
-        (ma, ta), (mb, tb) = (_second_terms(p, shared or not second) for p in self.operands)
+        (ma, ta), (mb, tb) = (_second_terms(p, not second or _factorises(coef, p.plates))
+                              for p in self.operands)
         kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
         s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
         if not second:
@@ -206,7 +214,7 @@ class Dot(Deterministic):
             return (wsum(c1, self.X, subs=("A",), out="A", **kw),
                     wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
-        m, terms = _second_terms(other, True)
+        m, terms = _second_terms(other, _factorises(c2, other.plates))
         return (wsum(c1, m, subs=("A",), out="A", **kw),
                 self._constant_along(c2, m, terms, parent.plates))
 
@@ -245,6 +253,32 @@ class Dot(Deterministic):
                 continue   # a given start (``node.start_from``)
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+def _factorises(c, plates):
+    """Is the coefficient c (None, a number or a plate array) constant along every axis on
+    which an operand with ``plates`` has several entries (right-aligned)? Then a sum of
+    c E[v v^T] over those entries is c (N Sigma + sum E[v] E[v]^T) for shared covariances;
+    otherwise the per-entry stack is the cheaper operand."""
+    cs = () if c is None else np.shape(c)
+    n = max(len(cs), len(plates))
+    cs, ps = (1,) * (n - len(cs)) + tuple(cs), (1,) * (n - len(plates)) + tuple(plates)
+    return all(a == 1 or b == 1 for a, b in zip(cs, ps))
+
+
+def _first_moment(node):
+    """E[v] of an operand without its second moments where it can: a ``Dot``'s mean alone,
+    a latent q with a shared covariance its mean (no (entries, D, D) stack)."""
+    f = getattr(node, "first_moment", None)
+    if f is not None:
+        return f()
+    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None:
+        g = getattr(node.family, "shared_covariance", None)
+        parts = None if g is None else g(node.nat)
+        if parts is not None:
+            return parts[0]
+    return node.moments()[0]
 
 
 def _second_terms(node, shared=True):
@@ -368,7 +402,7 @@ class Add(Deterministic):
         if not second:
             return s1, None
         i = mine.index(True)
-        cross = own(self.operands[i], self.operands[1 - i].moments()[0], False)[0]
+        cross = own(self.operands[i], _first_moment(self.operands[1 - i]), False)[0]
         return s1, got[0][1] + 2.0 * cross + got[1][1]
 
     def backward(self, msg, parent):
@@ -378,8 +412,12 @@ class Add(Deterministic):
         for i, p in enumerate(self.operands):
             if p is not parent:
                 continue
-            mo = self.operands[1 - i].moments()[0]
-            m = (wsum(None, c1 + 2.0 * np.asarray(c2) * mo, **kw), wsum(c2, **kw))
+            mo = _first_moment(self.operands[1 - i])
+            # nothing to sum (a Dot operand): the coefficient of E[a^2] at its own shape, so
+            # one noise precision stays one number (the Dot's summed paths need it so)
+            same = tuple(parent.plates) == tuple(self.plates)
+            m = (wsum(None, c1 + 2.0 * np.asarray(c2) * mo, **kw),
+                 np.asarray(c2, dtype=float) if same else wsum(c2, **kw))
             total = m if total is None else tuple(x + y for x, y in zip(total, m))
         return total
 
