@@ -502,7 +502,8 @@ class Stochastic(Node):
         if self.point:
             return ChildData(self.family.centred_point_value(self.nat),
                              self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
-        return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
+        return ChildData(None, None, self.plates, self.family.value_ndim,   # read when needed
+                         make_moments=self.moments)
 
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
@@ -717,7 +718,7 @@ class Stochastic(Node):
     def elbo_term(self):
         """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),
         summed over entries with weights mask x counts."""
-        u = [p.moments() for p in self.factor.parents]
+        u = _LazyMoments(self.factor.parents)   # a factor may not need every parent's moments
         x = self.child_data()
         w = self.mask if self.observed else self.observed_entries()
         pm = self._observed_parent_mask()
