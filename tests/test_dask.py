@@ -140,7 +140,7 @@ def lda(n_docs, doc, words, counts, K=3, V=30):
 
 def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
     doc, word, cnt, R = lda_data()
-    opts = dict(max_iter=12, init=R, local_restart=True)
+    opts = dict(max_iter=12, init=R, local_restart=True, local_iters=100)  # Dask: fixed budget
     mem = lda(60, doc, word, cnt)
     f1 = mem.fit("vmp", **opts)
     # chunks of 250 entries split documents: the boundaries move to the next document

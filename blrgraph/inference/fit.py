@@ -88,14 +88,16 @@ def plan_run(model, method, opts, structure):
         raise ValueError(f"fit({method.name!r}, local_iters=...): no latent node lies on the data "
                          f"axis (the first plate axis of the observed nodes), so there is no "
                          f"local block to iterate; drop local_iters")
-    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart)
+    batch = not method.stochastic and not dask_rows.uses_dask(model)  # (local.py, starts.py)
+    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart,
+                       adaptive=batch)
     starts = check_init(model, opts.init, structure.assignments)
     points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
-            # the structure's start (kmeans / diffuse); a k-means start with no data to
+            # the structure's start (kmeans / topics / diffuse); a k-means start with no data to
             # work on falls back to random (starts.Default)
-            starts[z] = Default(default_start(structure, z))
+            starts[z] = Default(default_start(structure, z, batch))
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
