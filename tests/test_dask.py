@@ -155,6 +155,15 @@ def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
     close(mem["z"].moments()[0], io_dask.local_moments(dsk, "z")[0].compute())
 
 
+def test_the_random_topics_start_is_refused_for_dask_rows(client):
+    """init='topics' needs every row's assignments on the driver: refused, naming the fix."""
+    doc, word, cnt, R = lda_data()
+    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+              da.from_array(cnt, chunks=250))
+    with pytest.raises(ValueError, match="use init='diffuse'"):
+        dsk.fit("vmp", init="topics", max_iter=2)
+
+
 def test_svi_with_the_same_seed_equals_the_in_memory_fit(client):
     X, _ = gmm_data(N=400, seed=3)
     fits = []

@@ -114,6 +114,9 @@ def plan_run(model, method, opts, structure):
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
+        if any(isinstance(v, str) and v == "topics" for v in starts.values()):
+            raise ValueError("init='topics' draws the topics on the driver and needs every row's "
+                             "assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
 
