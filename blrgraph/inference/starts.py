@@ -13,7 +13,8 @@ that breaks the symmetry between components (docs/scheduler.md, "Starts").
 * ``"diffuse"`` (the default for per-entry mixture weights under SVI and Dask, and where
   ``"topics"`` has no Dirichlet component parameter): Dirichlet(10) responsibilities,
   close to uniform.
-* ``"random"``: Dirichlet(1) responsibilities.
+* ``"random"``: Dirichlet(1) responsibilities (with ``restarts=R`` and no ``init=``,
+  the default of a mixture over data in restarts 1, 2, 4, 5, ...: RESTART_STARTS).
 * an array (responsibilities of the one assignment node) or ``{node: array}``.
 """
 from __future__ import annotations
@@ -114,13 +115,21 @@ def start_assignment(model, z, rng, init):
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
 
 
-def default_start(structure, z, batch=True):
-    """"topics" (``batch``) or "diffuse" for per-entry mixture weights (z's prior is a
-    local node: LDA's theta[doc]); "kmeans" for a mixture over data."""
+#: the default starts of a mixture over data in restarts 0, 1, 2, ... (cycled): k-means
+#: first (the start of a single fit), then starts that k-means cannot give; measured
+#: in docs/benchmarks.md §8.2 (wine: k-means from any seeding reaches a handful of
+#: optima, random responsibilities reach higher ones)
+RESTART_STARTS = ("kmeans", "random", "random")
+
+
+def default_start(structure, z, restart=0, batch=True):
+    """For per-entry mixture weights (z's prior is a local node: LDA's theta[doc]):
+    "topics" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
+    mixture over data, RESTART_STARTS[restart] (cycled): "kmeans" for a single fit."""
     local = set(structure.links)
     if any(p in local for p in z.parents):
         return "topics" if batch else "diffuse"
-    return "kmeans"
+    return RESTART_STARTS[restart % len(RESTART_STARTS)]
 
 
 def topics_responsibilities(model, z, rng):
