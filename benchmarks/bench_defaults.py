@@ -23,7 +23,7 @@ Parts (``--parts``, comma-separated; default all):
   bench_lda.py, and with ``lee`` on a real corpus: the Lee background corpus (300 news
   articles of the Australian Broadcasting Corporation) that gensim ships inside its
   wheel (gensim/test/test_data/lee_background.cor; read as a text file, gensim is not
-  imported; ``pip install gensim``).
+  imported; ``pip install -e '.[bench]'`` or ``pip install gensim``).
 * ``svi-gmm``: 200k x 2, K=5 (bench_gmm.py's data), ``fit("svi", batch_size=B,
   epochs=3)`` against the batch optimum ``fit("vmp")``: full ELBO gap.
 * ``svi-lda``: ``fit("svi", batch_size=256)`` (everything else default) against sklearn
@@ -155,7 +155,7 @@ def lee_corpus(heldout=0.1, seed=0, min_df=2):
     from sklearn.feature_extraction.text import CountVectorizer
     spec = importlib.util.find_spec("gensim")
     if spec is None:
-        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install gensim")
+        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install -e '.[bench]' (or pip install gensim)")
     path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", "lee_background.cor")
     with open(path, encoding="utf-8", errors="replace") as f:
         docs = [line.strip() for line in f if line.strip()]

@@ -1,7 +1,7 @@
 """Right answers by default: fit(method) with no options finds good optima.
 
-The scheduler, not the caller, owns the start (k-means for mixtures over data, diffuse
-for per-entry mixture weights), the schedule of the local block (batch VB with
+The scheduler, not the caller, owns the start (k-means for mixtures over data, random
+topics for per-entry mixture weights), the schedule of the local block (batch VB with
 per-entry convergence), restarts, and what counts as converged (never a symmetric
 saddle point). Each test here passes no option beyond the method (and a seed)."""
 import warnings
@@ -76,6 +76,87 @@ def test_lda_from_nodes_recovers_the_topics():
     r, c = linear_sum_assignment(-cos)
     assert np.all(cos[r, c] >= 0.9), cos[r, c]
     assert max(fit.local_sweeps) > 1  # the local block iterated (batch VB)
+
+
+def small_lda(D=120, K=3, V=30, L=40, seed=0):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(0.2 * np.ones(V), size=K)
+    counts = np.array([rng.multinomial(L, rng.dirichlet(0.3 * np.ones(K)) @ topics)
+                       for _ in range(D)])
+    doc, word = np.nonzero(counts)
+    theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=counts[doc, word])
+    return bg.Model(y), z, phi, word
+
+
+def test_the_lda_default_start_is_the_update_from_random_topics():
+    """init="topics" (the batch default for z under theta[doc]): topics at Gamma(100, 1/100)
+    pseudo-counts (scikit-learn's start), z their update with theta at its prior, so
+    q(z_n = k) is proportional to exp(E[log phi_k,w_n]) = exp(psi(l_kw) - psi(sum_v l_kv))."""
+    from scipy.special import digamma, softmax
+    from blrgraph.inference import starts
+    model, z, phi, word = small_lda()
+    K, V = 3, 30
+    lam = np.random.default_rng(7).gamma(100.0, 0.01, size=(K, V))
+    want = softmax((digamma(lam) - digamma(lam.sum(1, keepdims=True)))[:, word].T, axis=1)
+    model.fit("vmp", max_iter=1, init="topics", seed=7)     # sets every q: now start again
+    for n in model.latent:
+        n.set_natural(n.prior_natural())
+    r = starts.topics_responsibilities(model, z, np.random.default_rng(7))
+    np.testing.assert_allclose(r, want, rtol=1e-10)
+    np.testing.assert_allclose(phi.nat[0], lam - 1.0)       # the topics keep the random start
+    assert starts.default_start(_structure(model), z) == "topics"
+    assert starts.default_start(_structure(model), z, batch=False) == "diffuse"
+
+
+def _structure(model):
+    from blrgraph.inference.structure import Structure
+    return Structure(model, None)
+
+
+def test_the_local_budget_follows_the_topics_movement():
+    """Default batch fit: 10 local sweeps at most while the topics move (the first
+    iteration always), then up to 100 once they move by less than 0.5% per iteration;
+    an explicit local_iters is a fixed budget."""
+    from blrgraph.inference import local
+    model, z, phi, word = small_lda()
+    moves = []
+
+    def keep_topics(it, L):
+        moves.append(phi.nat[0].copy())   # after iteration it's global step
+        return False
+
+    fit = model.fit("vmp", seed=0, callback=keep_topics)
+    sweeps = fit.local_sweeps
+    assert sweeps[0] <= local.EARLY_ITERS
+    for it in range(1, len(sweeps)):   # the budget of iteration it + 1 from the topics' change
+        change = np.abs(moves[it] - moves[it - 1]).sum() / np.abs(moves[it]).sum()
+        cap = 100 if change <= 0.005 else int(np.clip(0.5 / change, 10, 100))
+        assert sweeps[it] <= cap
+    assert max(sweeps) > local.EARLY_ITERS          # full per-document convergence later
+    assert fit.converged
+    fixed = small_lda()[0].fit("vmp", seed=0, local_iters=100, max_iter=1)
+    assert fixed.local_sweeps[0] > local.EARLY_ITERS
+
+
+def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():
+    """A per-document mixture of Gaussians has no topics to draw: an explicit
+    init="topics" is refused naming the fix; the default uses "diffuse"."""
+    rng = np.random.default_rng(1)
+    D, per = 40, 10
+    doc = np.repeat(np.arange(D), per)
+    x = rng.normal(size=D * per) + 4.0 * rng.integers(0, 2, size=D * per)
+    theta = bg.Dirichlet(np.ones(2), plates=(D,), name="theta")
+    mu = bg.Normal(0.0, 0.01, plates=(2,), name="mu")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Normal, mu, 1.0, name="x").observe(x)
+    with pytest.raises(ValueError, match="init='diffuse'"):
+        bg.Model(y).fit("vmp", init="topics", max_iter=2)
+    fit = bg.Model(y).fit("vmp", seed=0, max_iter=50)
+    assert np.all(np.isfinite(fit.elbo_trace))
+    np.testing.assert_allclose(np.sort(mu.posterior.mean), [0.0, 4.0], atol=0.3)
 
 
 def _hard_data(seed=3):

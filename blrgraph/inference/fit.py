@@ -102,16 +102,18 @@ def plan_run(model, method, opts, structure, restart=0):
         raise ValueError(f"fit({method.name!r}, local_iters=...): no latent node lies on the data "
                          f"axis (the first plate axis of the observed nodes), so there is no "
                          f"local block to iterate; drop local_iters")
-    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart)
+    batch = not method.stochastic and not dask_rows.uses_dask(model)  # (local.py, starts.py)
+    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart,
+                       adaptive=batch)
     starts = check_init(model, opts.init, structure.assignments)
     points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
-            # the structure's start (kmeans / diffuse; restarts of a batch fit alternate
-            # kmeans and random); a k-means start with no data to work on falls back to
-            # random (starts.Default)
-            starts[z] = Default(default_start(structure, z,
-                                              0 if method.stochastic else restart))
+            # the structure's start (kmeans / topics / diffuse; restarts of a batch fit
+            # alternate kmeans and random); a k-means start with no data to work on falls
+            # back to random (starts.Default)
+            starts[z] = Default(default_start(structure, z, 0 if method.stochastic else restart,
+                                              batch))
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
@@ -128,6 +130,9 @@ def plan_run(model, method, opts, structure, restart=0):
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
+        if any(isinstance(v, str) and v == "topics" for v in starts.values()):
+            raise ValueError("init='topics' draws the topics on the driver and needs every row's "
+                             "assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
 
