@@ -426,10 +426,21 @@ class Stochastic(Node):
         return self
 
     def aligned_plates(self, parent):
-        sel = self.factor.selector()
-        if sel is not None and parent is not sel and parent in self.factor.parents[1:]:
-            return tuple(parent.plates[:-1])   # a mixture's component parameters: K is last
-        return tuple(parent.plates)
+        f = self.factor
+        sel = f.selector()
+        comp = getattr(f, "component", None)
+        plates = tuple(parent.plates)
+        for i, p in enumerate(f.parents):
+            if p is not parent:
+                continue
+            # trailing plate axes the factor lines up with its own event axes (a Gamma
+            # precision per coordinate of a vector, a Dirichlet's concentrations)
+            if sel is not None and p is not sel and comp is not None and i > 0:
+                extra = comp.draw_ndim(i - 1, 0) + 1   # and a mixture's K axis
+            else:
+                extra = f.draw_ndim(i, 0)
+            return plates[:len(plates) - extra] if extra else plates
+        return plates
 
     def restrict(self, rows, cut, source_rows=None):
         nat = None if self.observed else self.nat  # (a factored q is read at the full plates)

@@ -234,12 +234,6 @@ class Dirichlet(_Public):
                              f"Dirichlet(np.ones(K), concentration=s) for one random scale")
         return (DirichletFamily(), DirichletAlphaFactor, [alpha], [Slot("alpha", GammaFamily())], {})
 
-    def aligned_plates(self, parent):
-        from .factors.hyper import DirichletAlphaFactor
-        if isinstance(self.factor, DirichletAlphaFactor) and parent is self.factor.parents[0]:
-            return tuple(parent.plates[:-1])   # the concentrations' last axis is the categories
-        return super().aligned_plates(parent)
-
 
 class Wishart(_Public):
     """Wishart(dof, scale): E[Lambda] = dof * scale (scipy's convention); or

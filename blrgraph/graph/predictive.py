@@ -49,6 +49,16 @@ def _index_plates(idx):
 
 
 # ---------------------------------------------------------------------------------------
+def missing_patterns(obs):
+    """(rows, observed, missing) for each pattern of observed coordinates (obs: (n, D)
+    bool) that has at least one observed coordinate: the rows share one conditional."""
+    pats, inv = np.unique(obs, axis=0, return_inverse=True)
+    inv = np.ravel(inv)
+    for j, o in enumerate(pats):
+        if o.any():
+            yield np.flatnonzero(inv == j), o, ~o
+
+
 class Predictive:
     """The posterior predictive distribution of the entries of a node.
 
@@ -444,13 +454,7 @@ class MultivariateT(Predictive):
         df = np.array(np.broadcast_to(self.df, plates).reshape(-1))
         ll = np.zeros(len(xb))
         new_df = df.copy()
-        pats, inv = np.unique(obs, axis=0, return_inverse=True)
-        inv = np.ravel(inv)
-        for j, o in enumerate(pats):
-            if not o.any():
-                continue
-            rows = np.flatnonzero(inv == j)
-            m = ~o
+        for rows, o, m in missing_patterns(obs):
             Soo = S[rows][:, o][:, :, o]
             dx = xb[rows][:, o] - loc[rows][:, o]
             ll[rows] = _mvt_logpdf(xb[rows][:, o], loc[rows][:, o], Soo, df[rows])
@@ -1380,13 +1384,7 @@ def _gaussian_mean_conditional(pred, S, noise, values):
     N = noise.reshape(-1, D, D)
     cov = S + N
     obs = np.isfinite(x)
-    pats, inv = np.unique(obs, axis=0, return_inverse=True)
-    inv = np.ravel(inv)
-    for j, o in enumerate(pats):
-        if not o.any():
-            continue
-        r = np.flatnonzero(inv == j)
-        m = ~o
+    for r, o, m in missing_patterns(obs):
         Noo, Nmo, Nmm = N[r][:, o][:, :, o], N[r][:, m][:, :, o], N[r][:, m][:, :, m]
         B = np.swapaxes(np.linalg.solve(Noo, np.swapaxes(Nmo, -1, -2)), -1, -2)   # (n, m, o)
         A = np.zeros((len(r), int(m.sum()), D))
