@@ -47,6 +47,22 @@ def _squeeze(arr, keep, n_event):
     return arr.reshape(shape)
 
 
+#: einsum contraction orders by (subscripts, shapes): the search costs ~70 us per call
+#: for three operands, as much as the contraction itself on small arrays; a fit calls
+#: the same few hundred contractions every sweep
+_PATHS = {}
+
+
+def _einsum(expr, arrays):
+    key = (expr,) + tuple(a.shape for a in arrays)
+    path = _PATHS.get(key)
+    if path is None:
+        if len(_PATHS) > 4096:
+            _PATHS.clear()
+        path = _PATHS[key] = np.einsum_path(expr, *arrays, optimize=True)[0]
+    return np.einsum(expr, *arrays, optimize=path)
+
+
 def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None):
     """Sum over plate entries of ``weights * (product of terms)``, reduced to ``target_plates``.
 
@@ -98,7 +114,7 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
         if plate_letters[j] not in present and target[j] == 1:
             factor *= full[j]
     if arrays:
-        res = np.einsum(",".join(in_subs) + "->" + out_plate + out, *arrays, optimize=True)
+        res = _einsum(",".join(in_subs) + "->" + out_plate + out, arrays)
     else:
         res = np.asarray(1.0)
     if factor != 1.0:
