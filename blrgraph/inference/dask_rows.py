@@ -34,6 +34,7 @@ import numpy as np
 from .blr import MAX_HALVINGS, blr_step, message_from, precision_is_pd
 from .points import check_point
 from .steps import initial_rhos
+from .batches import Minibatches
 from .views import DataView, RowView
 
 #: results reduced this many at a time (the tree of the reduction)
@@ -51,7 +52,10 @@ def adopt(model, method, plan, opts):
     """``fit()``'s plan for data on Dask: the rows source becomes :class:`DaskRows`
     (batch methods) or shuffled minibatches read from the chunks (SVI)."""
     if method.stochastic:
-        plan.rows.mode = "shuffle"    # rows drawn as in memory (same seed, same batches)
+        # minibatches drawn as in memory (the same rows for the same seed), fitted on the
+        # workers that hold them: only their indices travel (DaskMinibatches)
+        plan.rows = DaskMinibatches(model, plan)
+        plan.starts = {}                     # the first minibatch's start: DaskBatchView
         return plan
     if method.nonconjugate or method.step == "damped":
         raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
@@ -223,10 +227,9 @@ class DaskView(DataView):
         self._restore_template = (saved, extra)
         return (model, self.structure, self.block, self.data_children)
 
-    def _run(self, start, fit_globals, eval_globals):
+    def _shipped(self):
+        """(chunks, model task, token, model bytes): shipped at the first call of a fit."""
         import cloudpickle
-        import dask
-        from dask import delayed
         if self._setup is None:
             # the template is pickled while the model is cut (see _template)
             try:
@@ -234,7 +237,12 @@ class DaskView(DataView):
             finally:
                 self._undo_template()
             self._setup = self._ship(blob)
-        chunks, ref, token, _ = self._setup
+        return self._setup
+
+    def _run(self, start, fit_globals, eval_globals):
+        import dask
+        from dask import delayed
+        chunks, ref, token, _ = self._shipped()
         task = delayed(_task, pure=True)
         combine = delayed(_combine, pure=True)
         if eval_globals is fit_globals:
@@ -389,7 +397,11 @@ class DaskView(DataView):
         if self.result is None:     # the first sweep: messages from the starts
             g = self._globals()
             self._run(self._starts(), g, g)
-        msg = self.result["msgs"].get(node.name)
+        return self._step(node, rho, iteration, self.result["msgs"].get(node.name))
+
+    def _step(self, node, rho, iteration, msg):
+        """lam <- (1 - rho) lam + rho (lam0 + msg + the messages of children off the data
+        axis), rho halved while a precision is not positive definite."""
         for c in self.model.children[node]:
             if c not in self.links:
                 m = message_from(self.model, c, node)
@@ -436,6 +448,154 @@ class DaskView(DataView):
                 if not math.isfinite(term):
                     raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
                 total += term
+        return total
+
+
+class DaskMinibatches(Minibatches):
+    """SVI minibatches of rows held on Dask. The rows of each minibatch are drawn on the
+    driver exactly as in memory (a permutation of the N rows per epoch from the fit's
+    rng: the same rows for the same seed); only their indices travel: one task per
+    partition the minibatch touches fits the local block on its rows, on the worker
+    that holds them (:class:`DaskBatchView`)."""
+
+    def __init__(self, model, plan):
+        super().__init__(model, plan.structure, plan.rows.batch_size)
+        self.mode = "shuffle"
+        self.view = DaskBatchView(model, plan)
+        model.dask_view = self.view
+
+    def next_view(self, rng):
+        self.view.batch(self._rows(rng), rng)
+        return self.view
+
+    def finish(self, model):
+        self.view.finish(model)
+
+
+class _Assignments:
+    """Stands for a mixture assignment restricted to a minibatch's entries while its
+    start is drawn on the driver (:func:`~.starts.start_assignment` reads the plates and
+    K, and sets the natural parameters)."""
+
+    def __init__(self, z, n):
+        K = z.nat[0].shape[-1]
+        self.plates = (int(n),) + tuple(z.plates[1:])
+        self.nat = (np.zeros(self.plates + (K,)),)
+        self.replicates = None
+
+    def set_natural(self, nat):
+        self.nat = tuple(nat)
+
+
+class DaskBatchView(DaskView):
+    """An SVI minibatch of rows held on Dask (see :class:`DaskMinibatches`). The driver
+    sums the tasks' messages, scales them by N / |B| and takes the Robbins-Monro steps
+    of the global nodes; the minibatch's ELBO after the step is its ELBO at the globals
+    the local block was fitted to plus sum_g <message to g, E'[T_g] - E[T_g]> (each row's
+    terms are linear in every global node's moments: the message is the coefficient),
+    so one round of tasks per step suffices."""
+
+    def __init__(self, model, plan):
+        super().__init__(model, plan)
+        self.batch_starts = dict(plan.starts)
+        self.groups, self.idx, self.scale = [], {}, 1.0
+        self.fits = 0
+
+    def batch(self, rows, rng):
+        """The next minibatch: ``rows`` of the data axis, grouped by partition."""
+        rows = np.asarray(rows)
+        self.rows, self.rng, self.result = rows, rng, None
+        self.scale = self.structure.N / len(rows)
+        self.idx, _ = self.structure.indices(rows)
+        first = np.array([part[0] for part in self.parts])
+        owner = np.searchsorted(first, rows, "right") - 1
+        self.groups = [(int(p), rows[owner == p] - first[p]) for p in np.unique(owner)]
+
+    def _batch_start(self):
+        """The starts of the minibatch's assignments drawn on the driver as in memory
+        (the same rng draws): a random start needs the entries' count only; a k-means
+        start reads the minibatch's rows (|B| rows, once per fit)."""
+        from .starts import start_assignment
+        out = {}
+        for z, init in self.batch_starts.items():
+            if isinstance(init, np.ndarray):
+                init = init[self.idx[z]]
+            elif str(init) in ("kmeans", "kmeans++"):
+                with RowView(self.model, self.structure, self.rows):
+                    start_assignment(self.model, z, self.rng, init)
+                    out[z.name] = np.array(z.nat[0])
+                continue
+            stub = _Assignments(z, len(self.idx[z]))
+            start_assignment(self.model, stub, self.rng, init)
+            out[z.name] = np.asarray(stub.nat[0])
+        return out
+
+    def _run_batch(self, start=None):
+        import dask
+        from dask import delayed
+        chunks, ref, token, _ = self._shipped()
+        g = self._globals()
+        task, combine = delayed(_batch_task, pure=True), delayed(_combine, pure=True)
+        level = []
+        for p, rows in self.groups:
+            part = self.parts[p]
+            data = {name: c[p] for name, c in chunks.items()}
+            s = None if start is None else {z: nat[self._in_part(self.model[z], part)]
+                                            for z, nat in start.items()}
+            level.append(task(token, ref, p, part, data, rows, s, g, self.spec, self.it,
+                              self.fits > 0, dask_key_name=f"blrgraph-batch-{token}-{self.it}-"
+                              f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+        while len(level) > 1:
+            level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
+        (out,) = dask.compute(level[0])
+        self.result = dict(out, version=self.version)
+        self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
+        self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
+                      "bytes_to_tasks": _nbytes(g) * len(self.groups) + 8 * len(self.rows),
+                      "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.groups),
+                      "model_bytes": self._setup[3]}
+        return self.result
+
+    def _in_part(self, node, part):
+        """The minibatch's entries of ``node`` that lie in partition ``part``."""
+        pos = self.idx[node]
+        lo, hi = part[:2] if self._on_rows(node) else part[2:]
+        return (pos >= lo) & (pos < hi)
+
+    def step(self, node, rho, iteration=None):
+        if iteration is not None:
+            self.it = iteration
+        if self.result is None:      # the first minibatch: messages from its start
+            self._run_batch(self._batch_start())
+        msg = self.result["msgs"].get(node.name)
+        if msg is not None:
+            msg = tuple(self.scale * a for a in msg)
+        return self._step(node, rho, iteration, msg)
+
+    def fit_local(self, block, update):
+        self._run_batch()
+        self.fits += 1
+        return self.result["sweeps"]
+
+    def elbo(self):
+        """The minibatch's terms (scaled by N / |B|) at the current globals, plus the
+        global nodes' terms."""
+        L = self.result["elbo"]
+        for n in self.structure.globals:
+            msg = self.result["msgs"].get(n.name)
+            if msg is not None:
+                L += sum(float(np.sum(a * (new - old)))
+                         for a, new, old in zip(msg, n.moments(), self.at[n.name]))
+        total = self.scale * L
+        for n in self.model.stochastic:
+            if n not in self.links:
+                term = n.elbo_term()
+                if not math.isfinite(term):
+                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+                total += term
+        if not math.isfinite(total):
+            raise FloatingPointError(f"the minibatch ELBO is {total}; check the data scale and "
+                                     f"the priors, or lower kappa's first steps (tau=)")
         return total
 
 
@@ -571,26 +731,65 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
                          for m, e in zip(n.moments(), n.family.event_ndims))
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
-        msgs = {}
-        for g, kids in children.items():
-            total = None
-            for c in kids:
-                m = message_from(model, nodes[c], nodes[g])
-                if m is not None:
-                    total = m if total is None else tuple(a + b for a, b in zip(total, m))
-            if total is not None:
-                msgs[g] = tuple(np.array(a, dtype=float) for a in total)
-        L = 0.0
-        for n in model.stochastic:
-            if n in structure.links:
-                term = n.elbo_term()
-                if not math.isfinite(term):
-                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-                L += term
-        return {"elbo": L, "msgs": msgs, "sweeps": sweeps,
-                "seconds": time.perf_counter() - t0}
+        return dict(_report(model, structure, children, nodes), sweeps=sweeps,
+                    seconds=time.perf_counter() - t0)
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
+
+
+def _report(model, structure, children, nodes):
+    """The rows' messages to the global nodes ({name: tuple of arrays}, unscaled) and
+    their ELBO terms, at the current local and global q."""
+    msgs = {}
+    for g, kids in children.items():
+        total = None
+        for c in kids:
+            m = message_from(model, nodes[c], nodes[g])
+            if m is not None:
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        if total is not None:
+            msgs[g] = tuple(np.array(a, dtype=float) for a in total)
+    L = 0.0
+    for n in model.stochastic:
+        if n in structure.links:
+            term = n.elbo_term()
+            if not math.isfinite(term):
+                raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+            L += term
+    return {"elbo": L, "msgs": msgs}
+
+
+def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, warm):
+    """One partition's share of an SVI minibatch: ``rows`` (numbered from the partition's
+    first row) with the local block fitted to ``globals_`` (or the assignments set to
+    ``start``: {name: natural parameters of these rows}); returns their unscaled
+    messages to the global nodes and ELBO terms. ``warm``: a local point mass is one
+    already (it was updated in an earlier minibatch)."""
+    lo, hi, dlo, dhi = part
+    t0 = time.perf_counter()
+    try:
+        model, structure, block, children, nodes, _ = _partition_model(token, blob, p, part, data)
+        _set_globals(nodes, globals_)
+        sweeps = 0
+        with RowView(model, structure, rows) as view:
+            if start is not None:
+                for name, nat in start.items():
+                    nodes[name].set_natural((nat,))
+            elif block.nodes:
+                for name, (rho, point) in spec.items():
+                    nodes[name].point = point and warm
+
+                def update(n):
+                    blr_step(model, n, spec[n.name][0], iteration=it)
+                    if spec[n.name][1] and not n.point:
+                        n.point = True
+                    if n.point:
+                        check_point(n, it)
+                sweeps = block.fit(view, update)
+            out = _report(model, structure, children, nodes)
+        return dict(out, sweeps=sweeps, seconds=time.perf_counter() - t0)
+    except Exception as e:
+        raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
 
 
 def _chunk(X, W, lo, shape):
