@@ -23,7 +23,6 @@ demand (:func:`local_moments`).
 """
 from __future__ import annotations
 
-import copy
 import math
 import threading
 import time
@@ -33,6 +32,7 @@ import numpy as np
 
 from .blr import MAX_HALVINGS, blr_step, message_from, precision_is_pd
 from .points import check_point
+from .saddles import component_counts, split_tied, tied_components
 from .steps import initial_rhos
 from .batches import Minibatches
 from .views import DataView, RowView
@@ -68,9 +68,6 @@ def adopt(model, method, plan, opts):
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
     plan.starts = {}                         # the starts are taken on the workers
-    # the loop's saddle check reads every row's responsibilities: not on the driver
-    plan.structure = copy.copy(plan.structure)
-    plan.structure.assignments = []
     return plan
 
 
@@ -146,6 +143,7 @@ class DaskView(DataView):
         self.result, self.version, self.it = None, 0, 0
         self.rng = None
         self._setup = None
+        self._splits = {}
 
     @staticmethod
     def _partitions(structure, dasked):
@@ -239,7 +237,7 @@ class DaskView(DataView):
             self._setup = self._ship(blob)
         return self._setup
 
-    def _run(self, start, fit_globals, eval_globals):
+    def _run(self, start, fit_globals, eval_globals, split=None):
         import dask
         from dask import delayed
         chunks, ref, token, _ = self._shipped()
@@ -252,7 +250,7 @@ class DaskView(DataView):
             data = {name: c[p] for name, c in chunks.items()}
             s = None if start is None else {z: _slice_start(v, *part[2:]) for z, v in start.items()}
             level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
-                              self.spec, self.it, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
+                              self.spec, self.it, None, split, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
                               f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
         while len(level) > 1:
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
@@ -389,6 +387,21 @@ class DaskView(DataView):
         _, C = kmeans(X, M, w, K, self.rng, lloyd)
         return ("kmeans", C, scale)
 
+    # ---- saddle points (the loop's kick) ----------------------------------------------
+    def tied_components(self, z):
+        """Tied components of ``z``'s mixtures: the global parameters are on the driver,
+        the counts of entries per component come with the last sweep's results."""
+        return tied_components(self.model, z, counts=self.result["counts"][z.name])
+
+    def split_tied(self, z, groups, rng):
+        """Split tied components on the workers: the partitions refit the local block to
+        the current globals and share the tied responsibilities at random, drawn from a
+        seed taken from the fit's rng and the partition's number (reproducible, also when
+        a lost task is recomputed); the next global step reads their messages."""
+        self._splits[z.name] = ([list(map(int, g)) for g in groups], int(rng.integers(2 ** 63)))
+        g = self._globals()
+        self._run(None, g, g, split=dict(self._splits))
+
     # ---- the three questions of the seam ----------------------------------------------
     def step(self, node, rho, iteration=None):
         """One BLR step of a global node with the messages the partitions sent."""
@@ -402,6 +415,7 @@ class DaskView(DataView):
     def _step(self, node, rho, iteration, msg):
         """lam <- (1 - rho) lam + rho (lam0 + msg + the messages of children off the data
         axis), rho halved while a precision is not positive definite."""
+        self._splits = {}
         for c in self.model.children[node]:
             if c not in self.links:
                 m = message_from(self.model, c, node)
@@ -699,10 +713,13 @@ def _pick(out, j):
     return out[j]
 
 
-def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None):
+def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None,
+          split=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
     start), then its messages to the globals and its ELBO terms at ``eval_globals``
-    (None: the same); with ``moments`` the local node's moments instead."""
+    (None: the same); with ``moments`` the local node's moments instead. ``split``:
+    {assignment name: (groups, seed)} tied components whose responsibilities are then
+    shared at random (:func:`~.saddles.split_tied`, drawn from (seed, partition))."""
     lo, hi, dlo, dhi = part
     t0 = time.perf_counter()
     try:
@@ -725,6 +742,8 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
                 if n.point:
                     check_point(n, it)
             sweeps = block.fit(view, update)
+        for name, (groups, seed) in (split or {}).items():
+            split_tied(nodes[name], groups, np.random.default_rng([seed, p]))
         if moments is not None:      # the local posterior (local_moments)
             n = nodes[moments]
             return tuple(np.array(np.broadcast_to(m, n.plates + np.shape(m)[np.ndim(m) - e:]))
@@ -756,7 +775,8 @@ def _report(model, structure, children, nodes):
             if not math.isfinite(term):
                 raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
             L += term
-    return {"elbo": L, "msgs": msgs}
+    counts = {z.name: component_counts(z) for z in structure.assignments}
+    return {"elbo": L, "msgs": msgs, "counts": counts}
 
 
 def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, warm):
@@ -858,9 +878,11 @@ def _named(e, p, lo, hi):
 
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "sweeps": 0, "seconds": 0.0}
+    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0}
     for r in parts:
         out["elbo"] += r["elbo"]
+        for z, c in r["counts"].items():
+            out["counts"][z] = c + out["counts"].get(z, 0.0)
         out["seconds"] += r["seconds"]
         out["sweeps"] = max(out["sweeps"], r["sweeps"])
         for g, m in r["msgs"].items():

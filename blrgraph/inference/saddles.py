@@ -32,16 +32,23 @@ def _flat_by_component(node):
     return np.concatenate(rows, axis=1)
 
 
-def tied_components(model, z):
-    """Groups (lists of component indices, each of length >= 2) of components of the
-    mixtures selected by ``z`` that carry data and have equal parameters."""
-    params = _component_params(model, z)
-    if not params:
-        return []
+def component_counts(z):
+    """The (weighted) number of entries each component of ``z`` carries."""
     r = np.asarray(z.moments()[0])
     if z.replicates is not None:
         r = r * np.broadcast_to(z.replicates, z.plates)[..., None]
-    counts = r.reshape(-1, r.shape[-1]).sum(0)
+    return r.reshape(-1, r.shape[-1]).sum(0)
+
+
+def tied_components(model, z, counts=None):
+    """Groups (lists of component indices, each of length >= 2) of components of the
+    mixtures selected by ``z`` that carry data and have equal parameters (``counts``:
+    :func:`component_counts`, when z's rows are elsewhere)."""
+    params = _component_params(model, z)
+    if not params:
+        return []
+    if counts is None:
+        counts = component_counts(z)
     F = np.concatenate([_flat_by_component(p) for p in params], axis=1)
     K = F.shape[0]
     scale = np.max(np.abs(F), axis=0) + 1e-300
