@@ -236,6 +236,28 @@ def test_svi_with_a_worker_killed_mid_fit_gives_the_same_answer(client):
     client.wait_for_workers(2, timeout=60)
 
 
+def test_svi_on_dask_resumes_from_a_checkpoint_as_in_memory(client, tmp_path):
+    """A checkpoint of an SVI run on Dask (the global state, the epoch's permutation and
+    the rng) resumed with ``resume=True`` continues the run exactly: the trace equals
+    one straight run and the same resumed run in memory."""
+    X, _ = gmm_data(N=400, seed=3)
+    opts = dict(init="random", seed=0, batch_size=40)
+    straight = gmm(da.from_array(X, chunks=100)).fit("svi", max_steps=30, **opts)
+    m = gmm(da.from_array(X, chunks=100))
+    m.fit("svi", max_steps=12, **opts)
+    path = m.save(tmp_path / "svi.npz")
+    again = gmm(da.from_array(X, chunks=100))
+    again.load(path)
+    f = again.fit("svi", resume=True, batch_size=40, max_steps=30)
+    mem = gmm(X)
+    mem.fit("svi", max_steps=12, **opts)
+    f_mem = mem.fit("svi", resume=True, batch_size=40, max_steps=30)
+    assert len(f.elbo_trace) == 30
+    np.testing.assert_array_equal(straight.elbo_trace, f.elbo_trace)
+    close(f_mem.elbo_trace, f.elbo_trace)
+    close(mem["theta"].nat[2], again["theta"].nat[2])
+
+
 def test_tied_components_on_dask_are_split_reproducibly(client):
     """A start with two identical columns ties two components (a symmetric saddle). On
     dask the saddle is found at the same iteration as in memory (the counts per

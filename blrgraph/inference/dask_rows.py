@@ -258,6 +258,7 @@ class DaskView(DataView):
         self.result = dict(out, version=self.version)
         # what travelled: the globals to every task, each task's messages back
         self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
+                      "task_cpu": out["cpu"],
                       "bytes_to_tasks": _nbytes((fit_globals, eval_globals)) * len(self.parts),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
                       "model_bytes": self._setup[3]}
@@ -565,6 +566,7 @@ class DaskBatchView(DaskView):
         self.result = dict(out, version=self.version)
         self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
         self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
+                      "task_cpu": out["cpu"],
                       "bytes_to_tasks": _nbytes(g) * len(self.groups) + 8 * len(self.rows),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.groups),
                       "model_bytes": self._setup[3]}
@@ -721,7 +723,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
     {assignment name: (groups, seed)} tied components whose responsibilities are then
     shared at random (:func:`~.saddles.split_tied`, drawn from (seed, partition))."""
     lo, hi, dlo, dhi = part
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         model, structure, block, children, nodes, view = _partition_model(token, blob, p, part,
                                                                            data)
@@ -751,7 +753,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
         return dict(_report(model, structure, children, nodes), sweeps=sweeps,
-                    seconds=time.perf_counter() - t0)
+                    seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0)
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
 
@@ -786,7 +788,7 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
     messages to the global nodes and ELBO terms. ``warm``: a local point mass is one
     already (it was updated in an earlier minibatch)."""
     lo, hi, dlo, dhi = part
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         model, structure, block, children, nodes, _ = _partition_model(token, blob, p, part, data)
         _set_globals(nodes, globals_)
@@ -807,7 +809,8 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
                         check_point(n, it)
                 sweeps = block.fit(view, update)
             out = _report(model, structure, children, nodes)
-        return dict(out, sweeps=sweeps, seconds=time.perf_counter() - t0)
+        return dict(out, sweeps=sweeps, seconds=time.perf_counter() - t0,
+                    cpu=time.thread_time() - c0)
     except Exception as e:
         raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
 
@@ -878,9 +881,10 @@ def _named(e, p, lo, hi):
 
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0}
+    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0}
     for r in parts:
         out["elbo"] += r["elbo"]
+        out["cpu"] += r["cpu"]
         for z, c in r["counts"].items():
             out["counts"][z] = c + out["counts"].get(z, 0.0)
         out["seconds"] += r["seconds"]
