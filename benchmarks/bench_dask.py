@@ -77,6 +77,20 @@ def timed_fit(model, sweeps, seed, on_sweep=None):
     return f, float(dt[0]), med(dt), med(dc)
 
 
+def timed_svi(model, steps, batch_size, seed):
+    """(median wall s per SVI step after the first 5, median driver CPU s, the fit)."""
+    stamps, cpu = [time.perf_counter()], [time.process_time()]
+
+    def cb(it, elbo):
+        stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
+        return False
+
+    f = model.fit("svi", init="random", seed=seed, batch_size=batch_size, max_steps=steps,
+                  warmup=0, callback=cb)
+    return float(np.median(np.diff(stamps)[5:])), float(np.median(np.diff(cpu)[5:])), f
+
+
 def _worker_memory():
     """(RSS now, peak RSS) of this worker process in bytes."""
     import resource
@@ -88,13 +102,16 @@ def run_dask(path, args, scheduler=None):
     """The Dask fit; per sweep (median of sweeps 2..S): wall, driver CPU, the tasks'
     wall and CPU seconds, bytes to and from the tasks."""
     from blrgraph import io_dask
+    import dask
     m = gmm(io_dask.read_table(path), args.k)
     stats = []
-    f, first, per, drv = timed_fit(m, args.sweeps, 0,
-                                   lambda it: stats.append(dict(m.dask_view.stats)))
+    with dask.config.set({"blrgraph.partition-cache": args.partition_cache}):
+        f, first, per, drv = timed_fit(m, args.sweeps, 0,
+                                       lambda it: stats.append(dict(m.dask_view.stats)))
     med = (lambda key: float(np.median([st[key] for st in stats[1:]])))
     return dict(partitions=stats[-1]["partitions"], first=first, per_sweep=per, driver_cpu=drv,
                 task_seconds=med("task_seconds"), task_cpu=med("task_cpu"),
+                build_cpu=med("build_cpu"),
                 bytes_to=stats[-1]["bytes_to_tasks"], bytes_from=stats[-1]["bytes_from_tasks"],
                 model_bytes=stats[-1]["model_bytes"], elbo=float(f.elbo))
 
@@ -106,7 +123,9 @@ def main():
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--files", type=int, default=None, help="Parquet files (default: N / 1e6)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--memory-limit", default="9GB", help="per worker (LocalCluster)")
+    ap.add_argument("--memory-limit", default="8GB", help="per worker (LocalCluster)")
+    ap.add_argument("--partition-cache", type=int, default=None,
+                    help="partitions whose restricted model a worker keeps (default: all)")
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--skip-sync", action="store_true",
                     help="skip the one-process run of the tasks (it holds every row)")
@@ -114,6 +133,8 @@ def main():
     ap.add_argument("--project-rows", type=float, default=1e9)
     ap.add_argument("--project-workers", type=int, default=100)
     ap.add_argument("--bandwidth", type=float, default=1e9 / 8, help="bytes/s for the projection")
+    ap.add_argument("--svi-steps", type=int, default=0, help="also time fit('svi') steps")
+    ap.add_argument("--batch-size", type=int, default=1000, help="SVI minibatch rows")
     ap.add_argument("--json")
     ap.add_argument("--report", metavar="JSON", help="print the tables of an earlier run's JSON")
     args = ap.parse_args()
@@ -142,6 +163,14 @@ def main():
                           env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                                "MKL_NUM_THREADS": "1"}) as cluster, Client(cluster) as client:
             out["dask"] = run_dask(tmp, args)
+            if args.svi_steps:
+                from blrgraph import io_dask
+                m = gmm(io_dask.read_table(tmp), args.k)
+                per, drv, f = timed_svi(m, args.svi_steps, args.batch_size, 0)
+                out["svi_dask"] = dict(per_step=per, driver_cpu=drv, elbo=float(f.elbo),
+                                       partitions=m.dask_view.stats["partitions"],
+                                       task_cpu=m.dask_view.stats["task_cpu"])
+                print("svi dask:", out["svi_dask"], flush=True)
             mem = list(client.run(_worker_memory).values())
             out["dask"]["worker_rss"] = [a for a, _ in mem]
             out["dask"]["worker_peak_rss"] = [b for _, b in mem]
@@ -162,6 +191,10 @@ def main():
             out["memory"] = dict(first=first_mem, per_sweep=per_mem, cpu=cpu_mem,
                                  elbo=float(f_mem.elbo), rss_before_mb=before,
                                  peak_rss_mb=C._maxrss_mb(), data_mb=Xm.nbytes / C.MB)
+            if args.svi_steps:
+                per, cpu, f = timed_svi(gmm(Xm, args.k), args.svi_steps, args.batch_size, 0)
+                out["svi_memory"] = dict(per_step=per, cpu=cpu, elbo=float(f.elbo))
+                print("svi memory:", out["svi_memory"], flush=True)
             del Xm, f_mem
             print("memory:", out["memory"], flush=True)
     finally:
@@ -186,7 +219,7 @@ def report(out, args):
                 bytes=bytes_sweep / P * Pp)
     if "sync" in out:
         proj["c_sync"] = out["sync"]["task_seconds"] / N
-    proj["c_cpu"] = r["task_cpu"] / N
+    proj["c_cpu"] = (r["task_cpu"] - r.get("build_cpu", 0.0)) / N   # partitions kept
     proj["transfer"] = proj["bytes"] / args.bandwidth
     out["projection"] = proj
     print()
@@ -206,7 +239,8 @@ def report(out, args):
           f"{r['per_sweep']:.3f} | {r['task_cpu']:.3f} (tasks), {r['driver_cpu']:.3f} (driver) "
           f"| {r['bytes_to']:,} | {r['bytes_from']:,} |")
     print()
-    print(f"tasks' wall {r['task_seconds']:.3f} s per sweep, their thread CPU {r['task_cpu']:.3f} s; "
+    print(f"tasks' wall {r['task_seconds']:.3f} s per sweep, their thread CPU {r['task_cpu']:.3f} s "
+          f"({r.get('build_cpu', 0.0):.3f} s of it rebuilding partitions not kept); "
           f"model shipped once: {r['model_bytes']:,} bytes; worker RSS "
           f"{[round(b / 2 ** 30, 2) for b in r['worker_rss']]} GiB, peak "
           f"{[round(b / 2 ** 30, 2) for b in r['worker_peak_rss']]} GiB")
@@ -219,7 +253,8 @@ def report(out, args):
           f"{args.bandwidth * 8 / 1e9:g} Gbit/s, against {compute_wall:.3f} s of compute wall "
           f"(ratio {transfer / max(compute_wall, 1e-12):.2e}); {bytes_sweep / max(r['task_seconds'], 1e-9):,.0f} "
           f"bytes per task-second")
-    print(f"c = {c * 1e9:.1f} ns per row (task wall), {proj['c_cpu'] * 1e9:.1f} ns (task CPU)"
+    print(f"c = {c * 1e9:.1f} ns per row (task wall), {proj['c_cpu'] * 1e9:.1f} ns (task CPU, "
+          f"rebuilds excluded)"
           + (f", {proj['c_sync'] * 1e9:.1f} ns (sync scheduler)" if "c_sync" in proj else "")
           + f"; o = {o * 1e3:.1f} ms per task")
     print(f"projection at {Np:.0e} rows on {Wp} workers ({Pp} partitions of {N / P:.0f} rows): "
@@ -227,6 +262,13 @@ def report(out, args):
           f"+ overhead {proj['overhead']:.1f} s (o x partitions, taken as serial; "
           f"{proj['overhead'] / Wp:.2f} s if it overlaps across the workers) + transfer "
           f"{proj['transfer']:.2f} s ({proj['bytes'] / 2 ** 20:.1f} MiB through the scheduler)")
+    if "svi_dask" in out:
+        sd, sm = out["svi_dask"], out.get("svi_memory")
+        print(f"SVI, batch_size {args.batch_size}: {sd['per_step'] * 1e3:.1f} ms per step on Dask "
+              f"({sd['partitions']} partitions touched, tasks' CPU {sd['task_cpu'] * 1e3:.1f} ms, "
+              f"driver CPU {sd['driver_cpu'] * 1e3:.1f} ms)"
+              + (f", {sm['per_step'] * 1e3:.1f} ms in memory (CPU {sm['cpu'] * 1e3:.1f} ms); final "
+                 f"ELBO estimates {sd['elbo']:.8g} / {sm['elbo']:.8g}" if sm else ""))
     print(f"load average at the end {out['loadavg_end']} on {os.cpu_count()} cores")
 
 

@@ -23,6 +23,7 @@ demand (:func:`local_moments`).
 """
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -223,7 +224,7 @@ class DaskView(DataView):
         extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state", "dask_view")
                  if k in model.__dict__}
         self._restore_template = (saved, extra)
-        return (model, self.structure, self.block, self.data_children)
+        return (model, self.structure, self.block, self.data_children, _cache_limit())
 
     def _shipped(self):
         """(chunks, model task, token, model bytes): shipped at the first call of a fit."""
@@ -258,7 +259,7 @@ class DaskView(DataView):
         self.result = dict(out, version=self.version)
         # what travelled: the globals to every task, each task's messages back
         self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
-                      "task_cpu": out["cpu"],
+                      "task_cpu": out["cpu"], "build_cpu": out["build_cpu"],
                       "bytes_to_tasks": _nbytes((fit_globals, eval_globals)) * len(self.parts),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
                       "model_bytes": self._setup[3]}
@@ -566,7 +567,7 @@ class DaskBatchView(DaskView):
         self.result = dict(out, version=self.version)
         self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
         self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
-                      "task_cpu": out["cpu"],
+                      "task_cpu": out["cpu"], "build_cpu": out["build_cpu"],
                       "bytes_to_tasks": _nbytes(g) * len(self.groups) + 8 * len(self.rows),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.groups),
                       "model_bytes": self._setup[3]}
@@ -656,6 +657,19 @@ _CACHE = {}
 _LOCK = threading.Lock()
 
 
+def _cache_limit():
+    """Restricted models a worker thread keeps (dask config ``blrgraph.partition-cache``,
+    read on the driver and shipped with the model; None: every partition it fits). A
+    partition kept costs about 0.85 kB per row for a GMM with D = 10; one not kept is
+    rebuilt from its chunk by every task (the data's statistics again)."""
+    import dask
+    limit = dask.config.get("blrgraph.partition-cache", None)
+    if limit is not None and (isinstance(limit, bool) or int(limit) < 0):
+        raise ValueError(f"dask config blrgraph.partition-cache={limit!r}: give the number of "
+                         f"partitions a worker thread keeps (0: none), or None for all")
+    return None if limit is None else int(limit)
+
+
 def _partition_model(token, blob, p, part, data):
     """The model restricted to partition ``p``'s rows, built once per worker thread and
     kept (with its data and the statistics derived from them) for the next sweeps.
@@ -667,7 +681,7 @@ def _partition_model(token, blob, p, part, data):
         got = _CACHE.get(key)
     if got is not None:
         return got
-    model, structure, block, children = cloudpickle.loads(blob)
+    model, structure, block, children, limit = cloudpickle.loads(blob)
     nodes = {n.name: n for n in model.nodes}
     lo, hi, dlo, _ = part
     for name, (X, W) in data.items():
@@ -679,9 +693,15 @@ def _partition_model(token, blob, p, part, data):
         _replicate(nodes[name])
     got = (model, structure, block, children, nodes, view)
     with _LOCK:
-        for k in [k for k in _CACHE if k[0] != token]:
+        old = [k for k in _CACHE if k[0] != token]     # an earlier fit's
+        for k in old:
             del _CACHE[k]
-        _CACHE[key] = got
+        # the first ``limit`` partitions are kept, the others rebuilt each time (with
+        # the partitions visited in turn every sweep, evicting would rebuild them all)
+        if limit is None or sum(k[2] == key[2] for k in _CACHE) < limit:
+            _CACHE[key] = got
+    if old:
+        gc.collect()           # a model is a graph of cycles: free its arrays now
     return got
 
 
@@ -727,6 +747,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
     try:
         model, structure, block, children, nodes, view = _partition_model(token, blob, p, part,
                                                                            data)
+        built = time.thread_time() - c0
         sweeps = 0
         if fit_globals is not None:
             _set_globals(nodes, fit_globals)
@@ -753,7 +774,8 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
         return dict(_report(model, structure, children, nodes), sweeps=sweeps,
-                    seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0)
+                    seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0,
+                    build_cpu=built)
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
 
@@ -791,6 +813,7 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
     t0, c0 = time.perf_counter(), time.thread_time()
     try:
         model, structure, block, children, nodes, _ = _partition_model(token, blob, p, part, data)
+        built = time.thread_time() - c0
         _set_globals(nodes, globals_)
         sweeps = 0
         with RowView(model, structure, rows) as view:
@@ -810,7 +833,7 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
                 sweeps = block.fit(view, update)
             out = _report(model, structure, children, nodes)
         return dict(out, sweeps=sweeps, seconds=time.perf_counter() - t0,
-                    cpu=time.thread_time() - c0)
+                    cpu=time.thread_time() - c0, build_cpu=built)
     except Exception as e:
         raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
 
@@ -881,10 +904,12 @@ def _named(e, p, lo, hi):
 
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0}
+    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0,
+           "build_cpu": 0.0}
     for r in parts:
         out["elbo"] += r["elbo"]
         out["cpu"] += r["cpu"]
+        out["build_cpu"] += r["build_cpu"]
         for z, c in r["counts"].items():
             out["counts"][z] = c + out["counts"].get(z, 0.0)
         out["seconds"] += r["seconds"]
