@@ -308,6 +308,28 @@ def test_a_worker_killed_mid_fit_changes_nothing(client):
     client.wait_for_workers(2, timeout=60)
 
 
+@pytest.mark.parametrize("limit", [0, 1])
+def test_workers_keeping_fewer_partitions_give_the_same_fit(client, limit):
+    """``blrgraph.partition-cache``: a worker keeps the restricted models of at most that
+    many partitions and rebuilds the others from their chunks in every task; the tasks
+    are pure, so the fit is the same (VMP and SVI), and the rebuilds are reported."""
+    import dask
+    X, R = gmm_data(N=600, seed=5)
+    full = gmm(da.from_array(X, chunks=100)).fit("vmp", init=R, max_iter=6)
+    svi = dict(init="random", seed=2, batch_size=90, max_steps=8)
+    full_svi = gmm(da.from_array(X, chunks=100)).fit("svi", **svi)
+    with dask.config.set({"blrgraph.partition-cache": limit}):
+        m = gmm(da.from_array(X, chunks=100))
+        f = m.fit("vmp", init=R, max_iter=6)
+        assert m.dask_view.stats["build_cpu"] > 0     # some partitions rebuilt
+        f_svi = gmm(da.from_array(X, chunks=100)).fit("svi", **svi)
+    close(full.elbo_trace, f.elbo_trace)
+    close(full_svi.elbo_trace, f_svi.elbo_trace)
+    with dask.config.set({"blrgraph.partition-cache": -1}):
+        with pytest.raises(ValueError, match="partition-cache"):
+            gmm(da.from_array(X, chunks=100)).fit("vmp", init=R, max_iter=2)
+
+
 def test_an_error_in_a_task_names_the_partition_and_its_rows(client):
     X, R = gmm_data()
     X[437, 1] = np.nan
@@ -376,6 +398,24 @@ def test_parquet_rows_never_land_on_the_driver(client, tmp_path):
     # the driver's peak does not grow with N (4.8 MB of rows at the larger N)
     assert peaks[200_000] < 2 * peaks[20_000] + 200_000, peaks
     assert peaks[200_000] < data_bytes / 4, peaks
+
+
+def test_svi_on_parquet_holds_row_indices_not_rows_on_the_driver(client, tmp_path):
+    """SVI's driver holds the epoch's permutation of the row numbers (8 bytes a row, the
+    in-memory sampler), not the rows (24 bytes a row here): its peak grows by about
+    8 bytes per row while N grows 10x."""
+    peaks = {}
+    for N in (20_000, 200_000):
+        X = io_dask.read_table(_parquet(tmp_path, f"s{N}", N))
+        m = gmm(X, K=2)
+        tracemalloc.start()
+        f = m.fit("svi", init="random", seed=0, batch_size=500, max_steps=4, warmup=1)
+        peaks[N] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert np.all(np.isfinite(f.elbo_trace))
+    grown = peaks[200_000] - peaks[20_000]
+    assert grown < 1.5 * 8 * 180_000, peaks            # the permutation's growth
+    assert peaks[200_000] < 200_000 * 3 * 8 / 2, peaks  # the rows would be 4.8 MB
 
 
 def test_read_table_refuses_text_columns_and_unknown_columns(client, tmp_path):
