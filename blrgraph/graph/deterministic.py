@@ -419,6 +419,17 @@ class Gate(Deterministic):
             out.append(np.moveaxis(red, -1, self.axis))
         return tuple(out)
 
+    def entries_reached_in(self, parent):
+        """The selector's entries of the observed gated rows (a masked row's z then
+        integrates out, as in a Mixture); every component of the node when any row is."""
+        from .node import reduce_seen
+        seen = self.reached_entries()
+        if seen is None:
+            return None
+        if parent is self.z:
+            return reduce_seen(np.broadcast_to(seen, self.plates), self.z.plates)
+        return np.full(parent.plates, bool(seen.any()))
+
     def selector(self):
         """z: the fit treats it as a mixture assignment (started at random
         responsibilities, or ``init=``; updated with the local block)."""

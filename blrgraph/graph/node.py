@@ -84,6 +84,35 @@ class Node:
         if child not in self.children:
             self.children.append(child)
 
+    def reached_entries(self):
+        """Which entries of this node some observed entry below depends on: a bool array
+        of its plates, or None (every entry, or it cannot be told entry by entry)."""
+        if not self.deterministic:
+            w = self.mask if self.observed else self.observed_entries()
+            return None if w is None else np.broadcast_to(np.asarray(w) != 0, self.plates)
+        seen = np.zeros(self.plates, dtype=bool)
+        for c in self.children:
+            if c.deterministic:
+                got = c.entries_reached_in(self)
+            elif c.stochastic:
+                own = c.reached_entries()
+                pm = c._observed_parent_mask()
+                nz = np.ones(c.plates, dtype=bool) if own is None else own
+                if pm is not None:
+                    nz = nz & (np.asarray(pm) != 0)
+                got = _entries_reached(c, self, nz)
+            else:
+                got = None
+            if got is None:
+                return None
+            seen |= got
+        return seen
+
+    def entries_reached_in(self, parent):
+        """For a deterministic node: the entries of ``parent`` its observed entries depend
+        on (bool, parent's plates), or None when it cannot tell (the default)."""
+        return None
+
 
 class Constant(Node):
     """A fixed value in a parent slot, published as the slot family's T(value)."""
@@ -567,14 +596,21 @@ class Stochastic(Node):
         sends no message to its parents and adds nothing to the ELBO (weight 0 in
         :meth:`message_weight` and :meth:`elbo_term`; its KL from the prior is exactly 0
         rather than rounded to 0), so a masked entry is the same as an entry left out.
-        An entry counts as observed when a child reaches it through a deterministic node
-        (Gather, Dot) or a mixture's component slot (conservative: the old weights)."""
+        An entry counts as observed when a child reaches it through a mixture's component
+        slot or a deterministic node that cannot tell entry by entry (Gather, Dot:
+        conservative); a Gate tells its selector's entries (``entries_reached_in``)."""
         if self.observed or self.point or not self.factor.independent_entries:
             return None
         key = [self.plates]
-        parts = []
+        parts, through = [], []
         for c in self.children:
-            if c.deterministic or not c.stochastic:
+            if c.deterministic:
+                got = c.entries_reached_in(self)
+                if got is None:
+                    return None
+                through.append(got)
+                continue
+            if not c.stochastic:
                 return None
             # the factors of c's message weight to self (message_weight), without building it
             own = c.mask if c.observed else c.observed_entries()
@@ -586,10 +622,12 @@ class Stochastic(Node):
             key += [own, rep, pm]
             parts.append((c, (own, rep, pm)))
         memo = self.__dict__.get("_observed_memo")
-        if memo is not None and len(memo[0]) == len(key) and memo[0][0] == key[0] and \
-                all(a is b for a, b in zip(memo[0][1:], key[1:])):
+        if not through and memo is not None and len(memo[0]) == len(key) and \
+                memo[0][0] == key[0] and all(a is b for a, b in zip(memo[0][1:], key[1:])):
             return memo[1]
         seen = np.zeros(self.plates, dtype=bool)
+        for got in through:
+            seen |= got
         for c, factors in parts:
             nz = np.ones(c.plates, dtype=bool)
             for a in factors:
@@ -601,7 +639,8 @@ class Stochastic(Node):
                 break
             seen |= got
         out = None if seen is None or seen.all() else seen.astype(float)
-        self._observed_memo = (key, out)
+        if not through:
+            self._observed_memo = (key, out)
         return out
 
     # ---- predictions (graph/predictive.py, docs/predict.md) --------------------------------
@@ -706,16 +745,25 @@ def _entries_reached(child, node, seen):
         if mixture and i > 0:   # component parameters: every row may belong to component k
             got = np.full(node.plates, bool(seen.any()))
         else:
-            plates = tuple(node.plates)
-            if len(plates) > len(cplates):
+            got = reduce_seen(seen, node.plates)
+            if got is None:
                 return None
-            pad = (1,) * (len(cplates) - len(plates)) + plates
-            if any(a not in (1, b) for a, b in zip(pad, cplates)):
-                return None
-            axes = tuple(j for j, (a, b) in enumerate(zip(pad, cplates)) if a != b)
-            got = seen.any(axis=axes, keepdims=True).reshape(plates) if axes else seen.reshape(plates)
         out = got if out is None else out | got
     return out
+
+
+def reduce_seen(seen, plates):
+    """``seen`` (bool, a child's plates) reduced to ``plates`` aligned on the right (an
+    entry is reached when any child entry broadcast from it is); None when ``plates`` do
+    not broadcast to the child's."""
+    cplates, plates = tuple(np.shape(seen)), tuple(plates)
+    if len(plates) > len(cplates):
+        return None
+    pad = (1,) * (len(cplates) - len(plates)) + plates
+    if any(a not in (1, b) for a, b in zip(pad, cplates)):
+        return None
+    axes = tuple(j for j, (a, b) in enumerate(zip(pad, cplates)) if a != b)
+    return seen.any(axis=axes, keepdims=True).reshape(plates) if axes else seen.reshape(plates)
 
 
 def _weighted_sum(values, w, plates):

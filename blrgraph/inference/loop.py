@@ -123,6 +123,8 @@ class Run:
         overflows) is undone and redone with rho halved (:class:`~.steps.Backtracking`)."""
         bt = self.backtrack
         prev = self.trace[-1] if self.trace else None
+        if prev is None and bt.active and bt.monotone and evaluate:
+            prev = view.elbo()  # the first step must not lower the ELBO of the start either
         while True:
             bt.save()
             try:

@@ -51,7 +51,11 @@ class Backtracking:
     it. The run counts as converged only while every damped node is back at its
     initial rho."""
 
-    MIN_FACTOR = 2.0 ** -30
+    #: rho may fall to eps times its initial value: a smaller step changes nothing in
+    #: double precision. Far from the optimum (Poisson counts of 5e8 on a log link, a
+    #: prior mean of 0) the first Newton-like step overshoots by ~1e8 and needs ~2^-31.
+    HALVINGS = 52
+    MIN_FACTOR = 2.0 ** -HALVINGS
 
     def __init__(self, model, method, rhos):
         self.model, self.rhos = model, rhos
@@ -82,7 +86,7 @@ class Backtracking:
         if not self._restore_and_halve():
             raise FloatingPointError(
                 f"non-conjugate VMP cannot make progress at iteration {it}: even with rho "
-                f"halved 30 times the update of {self._names()} fails ({err})") from err
+                f"halved {self.HALVINGS} times the update of {self._names()} fails ({err})") from err
 
     def settled(self):
         """Every damped node back at its initial rho: only then may a small ELBO change
@@ -97,7 +101,7 @@ class Backtracking:
             if not self._restore_and_halve():
                 raise FloatingPointError(
                     f"non-conjugate VMP cannot raise the ELBO at iteration {it} even with rho "
-                    f"halved 30 times for {self._names()}; standardise the covariates or use a "
+                    f"halved {self.HALVINGS} times for {self._names()}; standardise the covariates or use a "
                     f"stronger prior")
             return False
         for n in self.nodes:
