@@ -414,8 +414,8 @@ def test_svi_on_parquet_holds_row_indices_not_rows_on_the_driver(client, tmp_pat
         tracemalloc.stop()
         assert np.all(np.isfinite(f.elbo_trace))
     grown = peaks[200_000] - peaks[20_000]
-    assert grown < 1.5 * 8 * 180_000, peaks            # the permutation's growth
-    assert peaks[200_000] < 200_000 * 3 * 8 / 2, peaks  # the rows would be 4.8 MB
+    # the permutation grows by 1.44 MB; the rows would grow by 4.3 MB
+    assert grown < 1.5 * 8 * 180_000, peaks
 
 
 def test_read_table_refuses_text_columns_and_unknown_columns(client, tmp_path):
