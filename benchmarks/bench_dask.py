@@ -111,7 +111,7 @@ def run_dask(path, args, scheduler=None):
     med = (lambda key: float(np.median([st[key] for st in stats[1:]])))
     return dict(partitions=stats[-1]["partitions"], first=first, per_sweep=per, driver_cpu=drv,
                 task_seconds=med("task_seconds"), task_cpu=med("task_cpu"),
-                build_cpu=med("build_cpu"),
+                rebuilt_cpu=med("rebuilt_cpu"), rebuilt_rows=med("rebuilt_rows"),
                 bytes_to=stats[-1]["bytes_to_tasks"], bytes_from=stats[-1]["bytes_from_tasks"],
                 model_bytes=stats[-1]["model_bytes"], elbo=float(f.elbo))
 
@@ -219,7 +219,10 @@ def report(out, args):
                 bytes=bytes_sweep / P * Pp)
     if "sync" in out:
         proj["c_sync"] = out["sync"]["task_seconds"] / N
-    proj["c_cpu"] = (r["task_cpu"] - r.get("build_cpu", 0.0)) / N   # partitions kept
+    kept_rows = N - r.get("rebuilt_rows", 0)                     # partitions kept
+    proj["c_cpu"] = (r["task_cpu"] - r.get("rebuilt_cpu", 0.0)) / kept_rows
+    if r.get("rebuilt_rows"):
+        proj["c_rebuilt_cpu"] = r["rebuilt_cpu"] / r["rebuilt_rows"]
     proj["transfer"] = proj["bytes"] / args.bandwidth
     out["projection"] = proj
     print()
@@ -240,7 +243,8 @@ def report(out, args):
           f"| {r['bytes_to']:,} | {r['bytes_from']:,} |")
     print()
     print(f"tasks' wall {r['task_seconds']:.3f} s per sweep, their thread CPU {r['task_cpu']:.3f} s "
-          f"({r.get('build_cpu', 0.0):.3f} s of it rebuilding partitions not kept); "
+          f"({r.get('rebuilt_cpu', 0.0):.3f} s of it in the tasks of the "
+          f"{r.get('rebuilt_rows', 0):,} rows whose partitions are rebuilt); "
           f"model shipped once: {r['model_bytes']:,} bytes; worker RSS "
           f"{[round(b / 2 ** 30, 2) for b in r['worker_rss']]} GiB, peak "
           f"{[round(b / 2 ** 30, 2) for b in r['worker_peak_rss']]} GiB")
@@ -254,7 +258,9 @@ def report(out, args):
           f"(ratio {transfer / max(compute_wall, 1e-12):.2e}); {bytes_sweep / max(r['task_seconds'], 1e-9):,.0f} "
           f"bytes per task-second")
     print(f"c = {c * 1e9:.1f} ns per row (task wall), {proj['c_cpu'] * 1e9:.1f} ns (task CPU, "
-          f"rebuilds excluded)"
+          f"partitions kept)"
+          + (f", {proj['c_rebuilt_cpu'] * 1e9:.1f} ns (task CPU, partitions rebuilt)"
+             if "c_rebuilt_cpu" in proj else "")
           + (f", {proj['c_sync'] * 1e9:.1f} ns (sync scheduler)" if "c_sync" in proj else "")
           + f"; o = {o * 1e3:.1f} ms per task")
     print(f"projection at {Np:.0e} rows on {Wp} workers ({Pp} partitions of {N / P:.0f} rows): "

@@ -321,7 +321,8 @@ def test_workers_keeping_fewer_partitions_give_the_same_fit(client, limit):
     with dask.config.set({"blrgraph.partition-cache": limit}):
         m = gmm(da.from_array(X, chunks=100))
         f = m.fit("vmp", init=R, max_iter=6)
-        assert m.dask_view.stats["build_cpu"] > 0     # some partitions rebuilt
+        st = m.dask_view.stats                       # some partitions rebuilt
+        assert 0 < st["rebuilt_rows"] <= 600 and 0 < st["rebuilt_cpu"] <= st["task_cpu"]
         f_svi = gmm(da.from_array(X, chunks=100)).fit("svi", **svi)
     close(full.elbo_trace, f.elbo_trace)
     close(full_svi.elbo_trace, f_svi.elbo_trace)

@@ -259,7 +259,8 @@ class DaskView(DataView):
         self.result = dict(out, version=self.version)
         # what travelled: the globals to every task, each task's messages back
         self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
-                      "task_cpu": out["cpu"], "build_cpu": out["build_cpu"],
+                      "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
+                      "rebuilt_rows": out["rebuilt_rows"],
                       "bytes_to_tasks": _nbytes((fit_globals, eval_globals)) * len(self.parts),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
                       "model_bytes": self._setup[3]}
@@ -567,7 +568,8 @@ class DaskBatchView(DaskView):
         self.result = dict(out, version=self.version)
         self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
         self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
-                      "task_cpu": out["cpu"], "build_cpu": out["build_cpu"],
+                      "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
+                      "rebuilt_rows": out["rebuilt_rows"],
                       "bytes_to_tasks": _nbytes(g) * len(self.groups) + 8 * len(self.rows),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.groups),
                       "model_bytes": self._setup[3]}
@@ -680,7 +682,7 @@ def _partition_model(token, blob, p, part, data):
     with _LOCK:
         got = _CACHE.get(key)
     if got is not None:
-        return got
+        return got, False
     model, structure, block, children, limit = cloudpickle.loads(blob)
     nodes = {n.name: n for n in model.nodes}
     lo, hi, dlo, _ = part
@@ -702,7 +704,7 @@ def _partition_model(token, blob, p, part, data):
             _CACHE[key] = got
     if old:
         gc.collect()           # a model is a graph of cycles: free its arrays now
-    return got
+    return got, True
 
 
 def _set_globals(nodes, values):
@@ -745,9 +747,8 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
     lo, hi, dlo, dhi = part
     t0, c0 = time.perf_counter(), time.thread_time()
     try:
-        model, structure, block, children, nodes, view = _partition_model(token, blob, p, part,
-                                                                           data)
-        built = time.thread_time() - c0
+        (model, structure, block, children, nodes, view), fresh = _partition_model(
+            token, blob, p, part, data)
         sweeps = 0
         if fit_globals is not None:
             _set_globals(nodes, fit_globals)
@@ -774,8 +775,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
         return dict(_report(model, structure, children, nodes), sweeps=sweeps,
-                    seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0,
-                    build_cpu=built)
+                    **_timings(t0, c0, fresh, hi - lo))
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
 
@@ -812,8 +812,8 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
     lo, hi, dlo, dhi = part
     t0, c0 = time.perf_counter(), time.thread_time()
     try:
-        model, structure, block, children, nodes, _ = _partition_model(token, blob, p, part, data)
-        built = time.thread_time() - c0
+        (model, structure, block, children, nodes, _), fresh = _partition_model(
+            token, blob, p, part, data)
         _set_globals(nodes, globals_)
         sweeps = 0
         with RowView(model, structure, rows) as view:
@@ -832,10 +832,18 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
                         check_point(n, it)
                 sweeps = block.fit(view, update)
             out = _report(model, structure, children, nodes)
-        return dict(out, sweeps=sweeps, seconds=time.perf_counter() - t0,
-                    cpu=time.thread_time() - c0, build_cpu=built)
+        return dict(out, sweeps=sweeps, **_timings(t0, c0, fresh, len(rows)))
     except Exception as e:
         raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
+
+
+def _timings(t0, c0, fresh, rows):
+    """The task's wall and thread CPU seconds; the CPU and rows again under rebuilt_* when
+    it built its partition's restricted model (the first sweep, or a partition the
+    worker does not keep: ``blrgraph.partition-cache``)."""
+    cpu = time.thread_time() - c0
+    return {"seconds": time.perf_counter() - t0, "cpu": cpu,
+            "rebuilt_cpu": cpu if fresh else 0.0, "rebuilt_rows": rows if fresh else 0}
 
 
 def _chunk(X, W, lo, shape):
@@ -905,11 +913,11 @@ def _named(e, p, lo, hi):
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
     out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0,
-           "build_cpu": 0.0}
+           "rebuilt_cpu": 0.0, "rebuilt_rows": 0}
     for r in parts:
         out["elbo"] += r["elbo"]
-        out["cpu"] += r["cpu"]
-        out["build_cpu"] += r["build_cpu"]
+        for k in ("cpu", "rebuilt_cpu", "rebuilt_rows"):
+            out[k] += r[k]
         for z, c in r["counts"].items():
             out["counts"][z] = c + out["counts"].get(z, 0.0)
         out["seconds"] += r["seconds"]
