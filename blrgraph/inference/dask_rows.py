@@ -246,13 +246,16 @@ class DaskView(DataView):
         combine = delayed(_combine, pure=True)
         if eval_globals is fit_globals:
             eval_globals = None                    # (the tasks read "the same")
+        holders = self._holders()
         level = []
         for p, part in enumerate(self.parts):
             data = {name: c[p] for name, c in chunks.items()}
             s = None if start is None else {z: _slice_start(v, *part[2:]) for z, v in start.items()}
-            level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
-                              self.spec, self.it, None, split, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
-                              f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+            with _near(holders, p):
+                level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
+                                  self.spec, self.it, None, split,
+                                  dask_key_name=f"blrgraph-part-{token}-{self.it}-"
+                                  f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
         while len(level) > 1:
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
@@ -265,6 +268,22 @@ class DaskView(DataView):
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
                       "model_bytes": self._setup[3]}
         return self.result
+
+    def _holders(self):
+        """{partition: address of a worker holding its chunk} under a distributed client
+        (asked once per sweep: after a worker is lost the chunks live elsewhere)."""
+        client = _client()
+        if client is None or self._setup is None:
+            return {}
+        arr = self.dasked[0].source.arr
+        try:
+            who = client.who_has(arr)
+        except Exception:       # a client without the chunks' futures: no preference
+            return {}
+        keys = list(arr.__dask_keys__())
+        while keys and isinstance(keys[0], list):
+            keys = [k for sub in keys for k in sub]
+        return {p: who[k][0] for p, k in enumerate(keys) if who.get(k)}
 
     def _undo_template(self):
         saved, extra = self._restore_template
@@ -554,14 +573,16 @@ class DaskBatchView(DaskView):
         g = self._globals()
         task, combine = delayed(_batch_task, pure=True), delayed(_combine, pure=True)
         level = []
+        holders = self._holders()
         for p, rows in self.groups:
             part = self.parts[p]
             data = {name: c[p] for name, c in chunks.items()}
             s = None if start is None else {z: nat[self._in_part(self.model[z], part)]
                                             for z, nat in start.items()}
-            level.append(task(token, ref, p, part, data, rows, s, g, self.spec, self.it,
-                              self.fits > 0, dask_key_name=f"blrgraph-batch-{token}-{self.it}-"
-                              f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+            with _near(holders, p):
+                level.append(task(token, ref, p, part, data, rows, s, g, self.spec, self.it,
+                                  self.fits > 0, dask_key_name=f"blrgraph-batch-{token}-"
+                                  f"{self.it}-{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
         while len(level) > 1:
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
@@ -634,6 +655,18 @@ def _client():
         return get_client()
     except (ImportError, ValueError):
         return None
+
+
+def _near(holders, p):
+    """Place partition ``p``'s task on the worker holding its chunk (a loose restriction:
+    any worker when that one is gone). Without it the scheduler may move the chunk to an
+    idle worker, which then rebuilds the partition's model."""
+    import contextlib
+    import dask
+    addr = holders.get(p)
+    if addr is None:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[addr], allow_other_workers=True)
 
 
 def _nbytes(obj):
