@@ -145,6 +145,7 @@ class DaskView(DataView):
         self.rng = None
         self._setup = None
         self._splits = {}
+        self.where = {}
 
     @staticmethod
     def _partitions(structure, dasked):
@@ -260,6 +261,7 @@ class DaskView(DataView):
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
         self.result = dict(out, version=self.version)
+        self.where.update(out["where"])
         # what travelled: the globals to every task, each task's messages back
         self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
                       "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
@@ -270,20 +272,10 @@ class DaskView(DataView):
         return self.result
 
     def _holders(self):
-        """{partition: address of a worker holding its chunk} under a distributed client
-        (asked once per sweep: after a worker is lost the chunks live elsewhere)."""
-        client = _client()
-        if client is None or self._setup is None:
-            return {}
-        arr = self.dasked[0].source.arr
-        try:
-            who = client.who_has(arr)
-        except Exception:       # a client without the chunks' futures: no preference
-            return {}
-        keys = list(arr.__dask_keys__())
-        while keys and isinstance(keys[0], list):
-            keys = [k for sub in keys for k in sub]
-        return {p: who[k][0] for p, k in enumerate(keys) if who.get(k)}
+        """{partition: the worker whose task fitted it last}: the scheduler places the
+        first sweep's tasks (near their chunks, balancing the workers); from then on each
+        partition stays where its restricted model is kept."""
+        return self.where
 
     def _undo_template(self):
         saved, extra = self._restore_template
@@ -587,6 +579,7 @@ class DaskBatchView(DaskView):
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
         self.result = dict(out, version=self.version)
+        self.where.update(out["where"])
         self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
         self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
                       "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
@@ -658,9 +651,9 @@ def _client():
 
 
 def _near(holders, p):
-    """Place partition ``p``'s task on the worker holding its chunk (a loose restriction:
-    any worker when that one is gone). Without it the scheduler may move the chunk to an
-    idle worker, which then rebuilds the partition's model."""
+    """Place partition ``p``'s task on the worker that keeps its restricted model (a
+    loose restriction: any worker when that one is gone). Without it the scheduler may
+    move the chunk to an idle worker, which then rebuilds the partition's model."""
     import contextlib
     import dask
     addr = holders.get(p)
@@ -808,7 +801,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
         return dict(_report(model, structure, children, nodes), sweeps=sweeps,
-                    **_timings(t0, c0, fresh, hi - lo))
+                    **_timings(p, t0, c0, fresh, hi - lo))
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
 
@@ -865,18 +858,27 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
                         check_point(n, it)
                 sweeps = block.fit(view, update)
             out = _report(model, structure, children, nodes)
-        return dict(out, sweeps=sweeps, **_timings(t0, c0, fresh, len(rows)))
+        return dict(out, sweeps=sweeps, **_timings(p, t0, c0, fresh, len(rows)))
     except Exception as e:
         raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
 
 
-def _timings(t0, c0, fresh, rows):
+def _timings(p, t0, c0, fresh, rows):
     """The task's wall and thread CPU seconds; the CPU and rows again under rebuilt_* when
     it built its partition's restricted model (the first sweep, or a partition the
     worker does not keep: ``blrgraph.partition-cache``)."""
     cpu = time.thread_time() - c0
     return {"seconds": time.perf_counter() - t0, "cpu": cpu,
-            "rebuilt_cpu": cpu if fresh else 0.0, "rebuilt_rows": rows if fresh else 0}
+            "rebuilt_cpu": cpu if fresh else 0.0, "rebuilt_rows": rows if fresh else 0,
+            "where": {p: _worker_address()}}
+
+
+def _worker_address():
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
 
 
 def _chunk(X, W, lo, shape):
@@ -946,8 +948,9 @@ def _named(e, p, lo, hi):
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
     out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0,
-           "rebuilt_cpu": 0.0, "rebuilt_rows": 0}
+           "rebuilt_cpu": 0.0, "rebuilt_rows": 0, "where": {}}
     for r in parts:
+        out["where"].update(r["where"])
         out["elbo"] += r["elbo"]
         for k in ("cpu", "rebuilt_cpu", "rebuilt_rows"):
             out[k] += r[k]
