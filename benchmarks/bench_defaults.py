@@ -23,7 +23,7 @@ Parts (``--parts``, comma-separated; default all):
   bench_lda.py, and with ``lee`` on a real corpus: the Lee background corpus (300 news
   articles of the Australian Broadcasting Corporation) that gensim ships inside its
   wheel (gensim/test/test_data/lee_background.cor; read as a text file, gensim is not
-  imported; ``pip install gensim``).
+  imported; ``pip install -e '.[bench]'`` or ``pip install gensim``).
 * ``svi-gmm``: 200k x 2, K=5 (bench_gmm.py's data), ``fit("svi", batch_size=B,
   epochs=3)`` against the batch optimum ``fit("vmp")``: full ELBO gap.
 * ``svi-lda``: ``fit("svi", batch_size=256)`` (everything else default) against sklearn
@@ -83,13 +83,15 @@ def gmm_blrgraph(X, K, pri, restarts, seed):
         stamps.append(time.perf_counter())
         return False
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = model.fit("vmp", restarts=restarts, seed=seed, callback=cb)
-    t = time.perf_counter() - t0
+    t, cpu = time.perf_counter() - t0, time.process_time() - c0
     r, params = G.blrgraph_params(nodes)
     per = C.per_iter(stamps, skip=1)[0] if len(stamps) > 2 else float("nan")
-    return {"time": t, "n_iter": int(res.n_iter), "elbo": G.evaluate_elbo(X, r, params, pri),
+    return {"time": t, "cpu": cpu, "n_iter": int(res.n_iter), "elbo": G.evaluate_elbo(X, r, params, pri),
             "self_elbo": float(res.elbo), "restart_elbos": list(getattr(res, "restart_elbos", None) or []),
+            "restart_starts": list(getattr(res, "restart_starts", None) or []),
+            "best_restart": getattr(res, "best_restart", None),
             "labels": r.argmax(1), "converged": bool(getattr(res, "converged", False)),
             "per_sweep": per, "sweeps_total": len(stamps)}
 
@@ -103,24 +105,29 @@ def gmm_sklearn(X, K, pri, n_init, seed):
         random_state=seed)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         est.fit(X)
-        t = time.perf_counter() - t0
+        t, cpu = time.perf_counter() - t0, time.process_time() - c0
     r, params = G.sklearn_params(est, X)
-    return {"time": t, "n_iter": int(est.n_iter_), "elbo": G.evaluate_elbo(X, r, params, pri),
+    return {"time": t, "cpu": cpu, "n_iter": int(est.n_iter_), "elbo": G.evaluate_elbo(X, r, params, pri),
             "labels": r.argmax(1), "converged": bool(est.converged_),
             "warnings": sorted({type(x.message).__name__ for x in w})}
 
 
 def part_gmm(args, out):
     from sklearn.metrics import adjusted_rand_score
+    if args.gmm_restart_starts:  # an experiment: other default starts of the restarts
+        from blrgraph.inference import starts
+        starts.RESTART_STARTS = tuple(args.gmm_restart_starts.split(","))
+        out["gmm_restart_starts"] = list(starts.RESTART_STARTS)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(args.repeats))
     res = {}
     for name, (X, y, K, desc) in gmm_datasets(args.gmm_data.split(",")).items():
         pri = G.make_priors(X)
         reps = []
-        for rep in range(args.repeats):
-            order = ("blr", "sk") if rep % 2 == 0 else ("sk", "blr")
-            one = {}
+        for i, rep in enumerate(seeds):
+            order = ("blr", "sk") if i % 2 == 0 else ("sk", "blr")
+            one = {"seed": rep}
             for who in order:
                 if who == "blr":
                     one["blr"] = gmm_blrgraph(X, K, pri, args.restarts, seed=rep)
@@ -130,8 +137,9 @@ def part_gmm(args, out):
                 one[who]["ari"] = float(adjusted_rand_score(y, one[who].pop("labels")))
             reps.append(one)
             print(f"gmm {name} repeat {rep}: blrgraph ELBO {one['blr']['elbo']:.4f} ARI {one['blr']['ari']:.3f}"
-                  f" ({one['blr']['time']:.2f} s, {one['blr']['n_iter']} sweeps); sklearn ELBO "
-                  f"{one['sk']['elbo']:.4f} ARI {one['sk']['ari']:.3f} ({one['sk']['time']:.2f} s)", flush=True)
+                  f" ({one['blr']['time']:.2f} s, CPU {one['blr']['cpu']:.2f} s, {one['blr']['sweeps_total']} sweeps,"
+                  f" best restart {one['blr']['best_restart']}); sklearn ELBO {one['sk']['elbo']:.4f} ARI "
+                  f"{one['sk']['ari']:.3f} ({one['sk']['time']:.2f} s, CPU {one['sk']['cpu']:.2f} s)", flush=True)
         res[name] = {"desc": desc, "K": K, "N": X.shape[0], "D": X.shape[1], "repeats": reps}
     out["gmm"] = res
 
@@ -147,7 +155,7 @@ def lee_corpus(heldout=0.1, seed=0, min_df=2):
     from sklearn.feature_extraction.text import CountVectorizer
     spec = importlib.util.find_spec("gensim")
     if spec is None:
-        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install gensim")
+        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install -e '.[bench]' (or pip install gensim)")
     path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", "lee_background.cor")
     with open(path, encoding="utf-8", errors="replace") as f:
         docs = [line.strip() for line in f if line.strip()]
@@ -281,16 +289,23 @@ def report(out):
         rows = []
         for i, rp in enumerate(d["repeats"]):
             b, s = rp["blr"], rp["sk"]
-            rows.append([i, f"{b['elbo']:.3f}", f"{s['elbo']:.3f}", f"{b['elbo'] - s['elbo']:+.3f}",
-                         f"{b['ari']:.3f}", f"{s['ari']:.3f}", f"{b['time']:.2f} s ({b['sweeps_total']} sweeps)",
-                         f"{s['time']:.2f} s ({s['n_iter']} it, conv {s['converged']})",
+            best = b.get("best_restart")
+            kept = "" if best is None or not b.get("restart_starts") else \
+                f", kept {best} ({b['restart_starts'][best]})"
+            rows.append([rp.get("seed", i), f"{b['elbo']:.3f}", f"{s['elbo']:.3f}", f"{b['elbo'] - s['elbo']:+.3f}",
+                         f"{b['ari']:.3f}", f"{s['ari']:.3f}",
+                         f"{b['time']:.2f} s, CPU {b.get('cpu', float('nan')):.2f} s ({b['sweeps_total']} sweeps{kept})",
+                         f"{s['time']:.2f} s, CPU {s.get('cpu', float('nan')):.2f} s ({s['n_iter']} it, conv "
+                         f"{s['converged']})",
                          "yes" if b["elbo"] >= s["elbo"] - 1e-6 * abs(s["elbo"]) and b["ari"] >= s["ari"] - 1e-9
                          else "no"])
         print(C.md_table(["seed", "blrgraph full ELBO", "sklearn full ELBO", "difference",
                           "blrgraph ARI", "sklearn ARI", "blrgraph time", "sklearn time", "ELBO >= and ARI >="],
                          rows))
         r0 = d["repeats"][0]["blr"]
-        print(f"\nblrgraph restart ELBOs (seed 0): {', '.join(f'{x:.3f}' for x in r0['restart_elbos'])}")
+        print(f"\nblrgraph restart ELBOs (seed {d['repeats'][0].get('seed', 0)}): "
+              f"{', '.join(f'{x:.3f}' for x in r0['restart_elbos'])}"
+              + (f" (starts {', '.join(r0['restart_starts'])})" if r0.get("restart_starts") else ""))
     for name, rows in out.get("lda", {}).items():
         print(f"\n### LDA {name}\n")
         tab = []
@@ -323,6 +338,9 @@ def main(argv=None):
     ap.add_argument("--gmm-data", default="synthetic,iris,wine,breast_cancer")
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="GMM: repeats (seeds 0..n-1), interleaved")
+    ap.add_argument("--seeds", help="GMM: comma-separated seeds (instead of --repeats)")
+    ap.add_argument("--gmm-restart-starts", help="GMM, an experiment: the default starts of restarts "
+                                                 "0, 1, ... (cycled), e.g. 'kmeans' for k-means only")
     ap.add_argument("--lda-repeats", type=int, default=1,
                     help="LDA: runs with seed i for blrgraph and random_state i for sklearn, i < n")
     ap.add_argument("--lda-options", help="LDA: extra fit options as JSON (for experiments; "

@@ -16,9 +16,11 @@ iteration (E-step: forward-backward with sub-normalised exp E[log A] and the low
 M-step: every parameter's posterior) and blrgraph's BLR steps of pi, A, theta, then the
 chain, then the ELBO. After the same number of sweeps both are in the same state: the
 ELBOs agree to rounding (hmmlearn leaves the constant -D/2 log 2 pi per step out of its
-bound; it is added here). Time per sweep: median over the timed sweeps.
+bound; it is added here). Time per sweep: median over the timed sweeps, in wall time and
+in process CPU time (``time.process_time``: on a shared machine the CPU time does not count
+the time spent waiting for a CPU; with ``--blas-threads 1`` both sides run one thread).
 
-    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1
+    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1 [--parts 11]
 """
 from __future__ import annotations
 
@@ -31,6 +33,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+
+def _stamp():
+    return time.perf_counter(), time.process_time()
+
+
+def _per_sweep(stamps):
+    """(wall, CPU) median seconds per sweep, the first (warm-up) sweep left out."""
+    st = np.asarray(stamps)
+    return C.per_iter(st[:, 0], skip=1)[0], C.per_iter(st[:, 1], skip=1)[0]
 
 
 def make_data(S, T, K, D, seed):
@@ -73,16 +85,16 @@ def copy_start(src, dst):
 
 def run_hmmlearn(h, X, n_iter):
     """hmmlearn's fit loop (base.py, VariationalBaseHMM via _AbstractHMM.fit), stamped per
-    iteration; returns (seconds per sweep, lower bounds with the 2 pi constant)."""
+    iteration; returns ((wall, CPU) seconds per sweep, lower bounds with the 2 pi constant)."""
     S, T, D = X.shape
     Xf, lengths = X.reshape(-1, D), [T] * S
-    stamps, bounds = [time.perf_counter()], []
+    stamps, bounds = [_stamp()], []
     for _ in range(n_iter + 1):
         stats, logprob = h._do_estep(Xf, lengths)
         bounds.append(h._compute_lower_bound(logprob))
         h._do_mstep(stats)
-        stamps.append(time.perf_counter())
-    return C.per_iter(stamps, skip=1)[0], np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
+        stamps.append(_stamp())
+    return _per_sweep(stamps), np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
 
 
 def build_blrgraph(h, X):
@@ -108,16 +120,43 @@ def run_blrgraph(model, h, n_iter):
     A.set_natural(A.family.natural_from_params(h.transmat_posterior_))
     theta.set_natural(theta.family.natural_from_params(
         h.means_posterior_, h.beta_posterior_, h.dof_posterior_, np.linalg.inv(h.scale_posterior_)))
-    stamps = [time.perf_counter()]
+    stamps = [_stamp()]
     blr_step(model, z)                              # hmmlearn's first E-step
     trace = [elbo(model)]
-    stamps.append(time.perf_counter())
+    stamps.append(_stamp())
     for _ in range(n_iter):
         for node in (pi, A, theta, z):
             blr_step(model, node)
         trace.append(elbo(model))
-        stamps.append(time.perf_counter())
-    return C.per_iter(stamps, skip=1)[0], np.array(trace)
+        stamps.append(_stamp())
+    return _per_sweep(stamps), np.array(trace)
+
+
+def sweep_parts(model, n_sweeps):
+    """Process CPU time of each part of a blrgraph sweep (after :func:`run_blrgraph`), median
+    over ``n_sweeps`` sweeps, in seconds: the updates of pi, A and theta; the chain's BLR
+    step (its prior, the Mixture's message to z, their sum); forward-backward (the
+    chain's moments); the ELBO."""
+    from blrgraph.inference.blr import blr_step
+    from blrgraph.inference.elbo import elbo
+    pi, A, theta, z = (model[n] for n in ("pi", "A", "theta", "z"))
+    parts = {k: [] for k in ("updates of pi, A, theta", "chain: prior + Mixture message",
+                             "chain: forward-backward", "ELBO", "sweep")}
+    for _ in range(n_sweeps):
+        t = [time.process_time()]
+        for node in (pi, A, theta):
+            blr_step(model, node)
+        t.append(time.process_time())
+        blr_step(model, z)
+        t.append(time.process_time())
+        z.moments()
+        t.append(time.process_time())
+        elbo(model)
+        t.append(time.process_time())
+        for k, d in zip(parts, np.diff(t)):
+            parts[k].append(d)
+        parts["sweep"].append(t[-1] - t[0])
+    return {k: float(np.median(v)) for k, v in parts.items()}
 
 
 def main(argv=None):
@@ -130,6 +169,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20 sequences x 200 steps, 5 sweeps")
     ap.add_argument("--blas-threads", type=int, help="cap BLAS threads (default: as configured)")
+    ap.add_argument("--parts", type=int, default=0, metavar="N",
+                    help="then N more blrgraph sweeps, timing each part of a sweep (CPU)")
     ap.add_argument("--json", help="write every number to this file")
     args = ap.parse_args(argv)
     if args.quick:
@@ -147,26 +188,36 @@ def main(argv=None):
         copy_start(ref, h)        # (k-means is seeded; this makes the start identical anyway)
         t, bounds = run_hmmlearn(h, X, args.iters)
         results[f"hmmlearn ({impl})"] = (t, bounds)
-        print(f"hmmlearn {impl}: {t * 1e3:.1f} ms per sweep", flush=True)
+        print(f"hmmlearn {impl}: {t[0] * 1e3:.1f} ms per sweep ({t[1] * 1e3:.1f} ms CPU)",
+              flush=True)
     model = build_blrgraph(ref, X)
     t_b, trace = run_blrgraph(model, ref, args.iters)
-    print(f"blrgraph: {t_b * 1e3:.1f} ms per sweep", flush=True)
+    print(f"blrgraph: {t_b[0] * 1e3:.1f} ms per sweep ({t_b[1] * 1e3:.1f} ms CPU)", flush=True)
 
     rows = []
     for name, (t, bounds) in results.items():
         rel = float(np.max(np.abs(trace - bounds) / np.abs(bounds)))
-        rows.append([name, C.fmt_t(t), C.fmt_x(t / t_b), f"{bounds[-1]:.6f}", f"{rel:.1e}"])
-    rows.append(["blrgraph CategoricalMarkovChain", C.fmt_t(t_b), "1", f"{trace[-1]:.6f}", "-"])
+        rows.append([name, C.fmt_t(t[0]), C.fmt_x(t[0] / t_b[0]), C.fmt_t(t[1]),
+                     C.fmt_x(t[1] / t_b[1]), f"{bounds[-1]:.6f}", f"{rel:.1e}"])
+    rows.append(["blrgraph CategoricalMarkovChain", C.fmt_t(t_b[0]), "1", C.fmt_t(t_b[1]), "1",
+                 f"{trace[-1]:.6f}", "-"])
     print(f"\n# VB HMM, Gaussian emissions (full covariance): {S} sequences x {T} steps, "
           f"D={D}, K={K}; time per sweep (median of {args.iters})\n")
     print(C.machine_markdown(info))
     print(C.md_table(["implementation", "time per sweep", "time / blrgraph's",
+                      "CPU per sweep", "CPU / blrgraph's",
                       f"ELBO after {args.iters + 1} sweeps",
                       "max rel. ELBO difference to blrgraph (every sweep)"], rows))
+    parts = sweep_parts(model, args.parts) if args.parts else None
+    if parts:
+        print(f"\nblrgraph, process CPU time per part of a sweep (median of {args.parts}):\n")
+        print(C.md_table(["part", "CPU per sweep"], [[k, C.fmt_t(v)] for k, v in parts.items()]))
     print(f"\ncommand: `{C.command_line()}`")
     C.write_json(args.json, {"machine": info, "S": S, "T": T, "K": K, "D": D, "iters": args.iters,
-                             "blrgraph": {"per_sweep": t_b, "elbo": trace},
-                             "hmmlearn": {k: {"per_sweep": v[0], "elbo": v[1]}
+                             "blrgraph": {"per_sweep": t_b[0], "cpu_per_sweep": t_b[1],
+                                          "elbo": trace, "cpu_parts": parts},
+                             "hmmlearn": {k: {"per_sweep": v[0][0], "cpu_per_sweep": v[0][1],
+                                              "elbo": v[1]}
                                           for k, v in results.items()}})
 
 

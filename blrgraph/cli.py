@@ -240,8 +240,9 @@ def _fit(model, method, seed, restarts, fit_options, out):
     if restarts <= 1:
         return model.fit(method, seed=seed, **fit_options), seed
     fit = model.fit(method, seed=seed, restarts=restarts, **fit_options)
-    for s, e in zip(fit.restart_seeds, fit.restart_elbos):
-        print(f"  restart seed {s}: ELBO {e:.6f}", file=out)
+    for s, start, e in zip(fit.restart_seeds, fit.restart_starts, fit.restart_elbos):
+        how = "" if start is None else f" (start {start})"
+        print(f"  restart seed {s}{how}: ELBO {e:.6f}", file=out)
     return fit, fit.restart_seeds[fit.best_restart]
 
 

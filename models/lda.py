@@ -86,9 +86,12 @@ def document_term_matrix(texts, vocabulary=None, stop_words=STOP_WORDS, min_coun
 
 
 def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_words="english",
-          min_count=1):
+          min_count=1, learn_alpha=False):
     """LDA with ``k`` topics; ``alpha`` and ``eta`` default to 1/k (as scikit-learn's).
-    ``stop_words``: "english" (:data:`STOP_WORDS`), None, or a set of words."""
+    ``stop_words``: "english" (:data:`STOP_WORDS`), None, or a set of words.
+    ``learn_alpha=True``: alpha is a vector of K random concentrations, node "alpha",
+    alpha_k ~ Gamma(1, 1/alpha) (prior mean ``alpha``), fitted with fit("ncvmp")
+    (docs/hyperpriors.md)."""
     k = int(k)
     if k < 1:
         raise ValueError(f"lda: k must be >= 1, got {k}")
@@ -103,7 +106,13 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
         raise ValueError("lda: the documents contain no words (after tokenizing and removing stop "
                          "words); check the text column and stop_words=")
 
-    theta = bg.Dirichlet(alpha * np.ones(k), plates=(D,), name="theta")
+    if learn_alpha:
+        if k < 2:
+            raise ValueError(f"lda: learn_alpha=True needs k >= 2 topics, got {k}")
+        concentrations = bg.Gamma(1.0, 1.0 / alpha, plates=(k,), name="alpha")
+        theta = bg.Dirichlet(concentrations, plates=(D,), name="theta")
+    else:
+        theta = bg.Dirichlet(alpha * np.ones(k), plates=(D,), name="theta")
     phi = bg.Dirichlet(eta * np.ones(V), plates=(k,), name="phi")
     z = bg.Categorical(theta[coo.row], plates=(coo.nnz,), name="z")
     y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(coo.col, weights=coo.data)
@@ -118,6 +127,7 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
                   # nearly uniform starting topics (measured in docs/benchmarks.md, LDA)
                   "fit_options": {"max_iter": 500, "tol": 1e-6, "local_iters": 100,
                                   "init": "diffuse"},
+                  "learn_alpha": bool(learn_alpha),
                   # fit("svi"): minibatches of documents (theta's axis, reaching z and the
                   # words through the gather theta[doc_ids]); random starting topics
                   # (k-means++ seeds on one-hot words can start two topics on one); no
@@ -189,8 +199,9 @@ def transform(fit, data, max_iter=200, tol=1e-3):
     M, K = counts.shape[0], lam.shape[0]
     elog_phi = digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))       # (K, V)
     ll = elog_phi[:, coo.col].T                                              # (nnz, K)
-    alpha = float(meta["alpha"])
-    g = np.full((M, K), alpha + np.asarray(counts.sum(axis=1)).ravel()[:, None] / K)
+    # a learnt alpha: its posterior mean (what theta's VB update uses)
+    alpha = model["alpha"].posterior.mean if meta.get("learn_alpha") else float(meta["alpha"])
+    g = alpha + np.asarray(counts.sum(axis=1)).ravel()[:, None] / K * np.ones((M, K))
     for _ in range(max_iter):
         elog_theta = digamma(g) - digamma(g.sum(axis=1, keepdims=True))
         lr = elog_theta[coo.row] + ll

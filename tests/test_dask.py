@@ -141,7 +141,7 @@ def lda(n_docs, doc, words, counts, K=3, V=30):
 
 def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
     doc, word, cnt, R = lda_data()
-    opts = dict(max_iter=12, init=R, local_restart=True)
+    opts = dict(max_iter=12, init=R, local_restart=True, local_iters=100)  # Dask: fixed budget
     mem = lda(60, doc, word, cnt)
     f1 = mem.fit("vmp", **opts)
     # chunks of 250 entries split documents: the boundaries move to the next document
@@ -154,6 +154,15 @@ def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
     assert theta.shape == (60, 3)
     close(mem["theta"].moments()[0], theta.compute())
     close(mem["z"].moments()[0], io_dask.local_moments(dsk, "z")[0].compute())
+
+
+def test_the_random_topics_start_is_refused_for_dask_rows(client):
+    """init='topics' needs every row's assignments on the driver: refused, naming the fix."""
+    doc, word, cnt, R = lda_data()
+    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+              da.from_array(cnt, chunks=250))
+    with pytest.raises(ValueError, match="use init='diffuse'"):
+        dsk.fit("vmp", init="topics", max_iter=2)
 
 
 def _svi_cases():

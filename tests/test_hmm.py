@@ -243,6 +243,68 @@ def test_forward_backward_matches_the_reference_for_random_shapes(S, T, K, share
     np.testing.assert_allclose(st_.marginals.sum(-1), 1.0, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk,bchunk", [(1, 1), (3, 5), (8, 2), (32, 64)])
+@pytest.mark.parametrize("shared,short", [(True, False), (True, True), (False, False),
+                                          (False, True)])
+def test_forward_backward_chunks_and_work_arrays(monkeypatch, chunk, bchunk, shared, short):
+    """The exp of the emissions (CHUNK steps at a time), the marginals and the counts'
+    operands (BCHUNK steps at a time) across chunk boundaries, every renormalisation
+    step included (T = 70 > RENORM): log Z, marginals and counts equal the log-space
+    reference of each sequence; a second call with the same ``work`` dict gives the
+    same numbers, and the results share no memory with the kept work arrays."""
+    import blrgraph.families.categorical_chain as chain_math
+    monkeypatch.setattr(chain_math, "CHUNK", chunk)
+    monkeypatch.setattr(chain_math, "BCHUNK", bchunk)
+    rng = np.random.default_rng(chunk * 100 + bchunk)
+    S, T, K = 4, 70, 3
+    U = 5.0 * rng.normal(size=(S, T, K))
+    P = np.log(rng.dirichlet(np.ones(K), size=(K,) if shared else (S, K))) - 0.3
+    L = np.array([T, 1, 33, 64]) if short else None
+    work = {}
+    first = chain_math.forward_backward(U, P, L, work=work)
+    assert work                                # the work arrays are kept ...
+    again = chain_math.forward_backward(U, P, L, work=work)
+    for a in work.values():                    # ... and no result lives in them
+        for r in (again.marginals, again.counts, again.log_z):
+            assert not np.shares_memory(a, r)
+    for name in ("marginals", "counts", "log_z"):
+        np.testing.assert_array_equal(getattr(first, name), getattr(again, name))
+    for s in range(S):
+        n = T if L is None else L[s]
+        ll, marg, counts = ref_forward_backward(U[s, 0] * 0, P if shared else P[s], U[s, :n])
+        assert abs(first.log_z[s] - ll) <= 1e-10 * abs(ll)
+        np.testing.assert_allclose(first.marginals[s, :n], marg, atol=1e-10)
+        np.testing.assert_allclose(first.counts[s], counts, atol=1e-10)
+    np.testing.assert_allclose(first.marginals.sum(-1), 1.0, atol=1e-12)
+
+
+def test_work_arrays_are_kept_during_a_fit_and_dropped_after():
+    """The chain node reuses forward-backward's work arrays from sweep to sweep and
+    releases them when the fit ends; q is unchanged by the release."""
+    rng = np.random.default_rng(3)
+    S, T, K = 3, 40, 2
+    x = rng.normal(size=(S, T)) + 3.0 * (rng.random((S, T)) < 0.5)
+    pi = bg.Dirichlet(np.ones(K), name="pi")
+    A = bg.Dirichlet(np.ones(K), plates=(K,), name="A")
+    z = bg.CategoricalMarkovChain(pi, A, length=T, plates=(S,), name="z")
+    mu = bg.Normal(0.0, 0.01, plates=(K,), name="mu")
+    y = bg.Mixture(z, bg.Normal, mu, 1.0, name="y").observe(x)
+    model = bg.Model(y)
+    model.fit("vmp", max_iter=3, seed=0)
+    assert z._work == {}
+    blr_step(model, z)
+    z.moments()
+    assert set(z._work) == {"B", "alpha"} and z._work["B"].shape == (T, K, S)
+    kept = z._work["B"]
+    blr_step(model, z)
+    reused = z.moments()[0]
+    assert z._work["B"] is kept                  # reused, not reallocated
+    z.release()
+    assert z._work == {}
+    z.set_natural(z.nat)                         # the same q, from fresh arrays
+    np.testing.assert_array_equal(z.moments()[0], reused)
+
+
 def test_long_chains_with_sharp_emissions_and_rare_transitions(monkeypatch):
     """2000 steps whose emissions differ by up to ~100 nats and whose transitions are
     down to e^-43: the partly renormalised forward pass stays exact (without the

@@ -374,3 +374,22 @@ def test_single_vector_node_at_point_parameters_gives_the_exact_marginal_likelih
             L = fit.elbo - sum(c.elbo_term() for c in comp)
             ref = _exact_loglik(X, cells, [mean], [np.linalg.inv(lam)], [1.0])
             assert L == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_a_precision_per_coordinate_is_not_a_plate_of_the_rows(n):
+    """x_n ~ N(mu, diag(tau)^-1), tau Gamma plates (D,): tau's axis is the vector's
+    coordinate axis, not the rows'. With N = D rows the mask of row 0 was read as tau_0's
+    (tau_0's ELBO term dropped). Masked equals subset for every N."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, 3))
+    keep = np.arange(n) != 0
+    out = []
+    for data, mask in ((X, keep), (X[keep], None)):
+        mu = bg.MultivariateNormal(np.zeros(3), np.eye(3), name="mu")
+        tau = bg.Gamma(2.0, 2.0, plates=(3,), name="tau")
+        y = bg.MultivariateNormal(mu, tau, plates=(len(data),), name="y").observe(data, mask=mask)
+        out.append((bg.Model(y).fit("vmp", tol=1e-13).elbo, tau.posterior.params["rate"]))
+        assert tau.observed_entries() is None
+    np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-10)
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-10)

@@ -584,7 +584,7 @@ def test_ncvmp_with_restarted_local_fits_is_not_mistaken_for_an_overshoot():
     """Local fits restarted from their priors may lower the ELBO by themselves; the
     backtracking must not blame (and halve 30 times) the non-conjugate node for it."""
     fit = _lda_and_logreg(np.random.default_rng(0)).fit("ncvmp", seed=1, max_iter=40, tol=0,
-                                                        local_iters=10)
+                                                        local_iters=10, init="diffuse")
     assert np.all(np.isfinite(fit.elbo_trace)) and len(fit.local_sweeps) == fit.n_iter == 40
 
 

@@ -33,6 +33,13 @@ from scipy.special import logsumexp
 RENORM = 8
 #: a divisor or final sum below this (or not finite): the sequence is redone in log space
 TINY = 1e-250
+#: forward_backward keeps an intermediate array in its ``work`` dict up to this size
+WORK_BYTES = 2 ** 28
+#: forward_backward's emissions (exp) are computed this many steps at a time, in the
+#: forward loop; the marginals and the counts' operands BCHUNK steps at a time, in the
+#: backward loop
+CHUNK = 32
+BCHUNK = 64
 
 
 class ChainStats:
@@ -66,16 +73,41 @@ def _check(U, P, lengths):
     return U, P, L
 
 
-def forward_backward(log_unary, log_trans, lengths=None):
+def _buffer(work, name, shape):
+    """A float array of ``shape`` for intermediate values: the one kept under ``name`` in
+    ``work`` (a dict owned by the caller, reused from call to call) if it has that shape,
+    else a new one, kept there when it is at most WORK_BYTES. Reusing the arrays saves
+    the page faults of fresh memory on every call (about 1 ms per 8 MB)."""
+    if work is None:
+        return np.empty(shape)
+    a = work.get(name)
+    if a is None or a.shape != shape:
+        work.pop(name, None)
+        a = np.empty(shape)
+        if a.nbytes <= WORK_BYTES:
+            work[name] = a
+    return a
+
+
+def forward_backward(log_unary, log_trans, lengths=None, work=None):
     """Marginals, expected transition counts and log Z of S chains.
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
-    None (all T). Returns a :class:`ChainStats`. The recursions run on (T, K, S)
-    arrays, written in place: with a shared transition matrix a forward step is one
-    (K + 1, K) @ (K, S) product (the prediction and the previous sum) and a product
-    with the emissions (the sum is divided out every RENORM steps); a backward step one
-    elementwise product and one (K, K) @ (K, S) product. Any scaling of the forward
-    vectors is exact as long as the backward pass divides by the same factors."""
+    None (all T); ``work``: None or a dict in which the large intermediate arrays are
+    kept for the next call with the same shapes (the caller's; the results never
+    share memory with it). Returns a :class:`ChainStats`.
+
+    The recursions run on (T, K, S) arrays, so that one step is a contiguous (K, S)
+    slice: with a shared transition matrix a forward step is one (K, K) @ (K, S)
+    product and one product with the emissions (every RENORM steps one more call sums
+    the forward vectors and one divides them by the sums); a backward step one
+    elementwise product and one (K, K) @ (K, S) product (and at the same steps a
+    division by the forward pass's sums). Any scaling of the forward vectors is exact
+    as long as the backward pass divides by the same factors. The whole-array work is
+    done a block of steps at a time next to the recursions, while those steps are in
+    the CPU cache: the emissions' exp CHUNK steps at a time in the forward loop, the
+    marginals and the operands of the counts BCHUNK steps at a time in the backward
+    loop. The expected counts are one (K, n) @ (n, K) product per sequence and block."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
@@ -84,19 +116,13 @@ def forward_backward(log_unary, log_trans, lengths=None):
     Pm = P.reshape(K, K) if shared else P
     m = np.max(Pm, axis=(-2, -1), keepdims=True)                     # shift of P: At <= 1
     At = np.exp(Pm - m)
-    if shared:
-        def bwd(g, out):     # out[i, s] = sum_j At[i, j] g[j, s]
-            return np.dot(At, g, out=out)
-    else:
+    if not shared:
         Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
-
-        def bwd(g, out):
-            return np.einsum("ijs,js->is", Ak, g, out=out)
-
-    c = np.max(U, axis=-1)                                           # (S, T)
-    B = np.exp(U.transpose(1, 2, 0) - c.T[:, None, :])               # (T, K, S), max 1 per step
+    B = _buffer(work, "B", (T, K, S))          # exp(U_t - c_t), then G below
+    alpha = _buffer(work, "alpha", (T, K, S))
+    c = np.empty((T, S))                       # c_t = max_k U_t[k]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # redone in log space
-        alpha, c_div = _forward(B, At, shared)
+        c_div = _forward(U, B, c, At, shared, alpha)
         last = np.clip(L - 1, 0, T - 1)
         k0 = alpha[last, :, np.arange(S)].sum(-1)                   # sum of the last alpha
         bad = ~(np.all(np.isfinite(c_div) & (c_div > TINY), axis=0) & np.isfinite(k0)
@@ -104,29 +130,63 @@ def forward_backward(log_unary, log_trans, lengths=None):
 
         # backward: G[t] = B_t beta_t / c_t on valid transitions (0 elsewhere), beta[t] =
         # beta_t / prod_{t < tau < L} c_tau, so alpha[t] beta[t] = p(z_t, x) / prod c = gamma_t k0
-        rc = 1.0 / c_div
-        if short:
-            live = valid.T                                           # (T, S)
-            rc = np.where(live, rc, 0.0)
-        G = np.multiply(B, rc[:, None, :], out=B)                    # B_t / c_t, then x beta_t
-        G[0] = 0.0
-        beta = np.empty((T, K, S))
-        beta[T - 1] = 1.0
-        for t in range(T - 1, 0, -1):
-            g = np.multiply(G[t], beta[t], out=G[t])
-            bwd(g, beta[t - 1])
+        inloop = shared and not short      # c_t != 1 only every RENORM steps: divide there
+        if not inloop:
+            rc = 1.0 / c_div
             if short:
-                np.copyto(beta[t - 1], 1.0, where=~live[t])
-        np.multiply(alpha, beta, out=beta)
-        beta /= beta.sum(1, keepdims=True)         # the marginals (after the end: prediction)
+                live = valid.T                                       # (T, S)
+                rc = np.where(live, rc, 0.0)
+        G = B
+        gamma = np.empty((S, T, K))
+        # counts[s] = sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T: per chunk, both as
+        # (S, K, n) copies and one (K, n) @ (n, K) product per sequence
+        counts = np.zeros((S, K, K))
+        aT = np.empty((S, K, BCHUNK))
+        gT = np.empty((S, K, BCHUNK))
+        beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
+        nxt = np.ones((K, S))                                        # beta[t1 - 1]
+        one = np.ones(K)
+        dot, mul, div = np.dot, np.multiply, np.divide
+        for t1 in range(T, 0, -BCHUNK):
+            t0 = max(t1 - BCHUNK, 0)
+            if not inloop:
+                mul(G[t0:t1], rc[t0:t1, None, :], out=G[t0:t1])
+            b = beta[t1 - 1 - t0]
+            b[...] = nxt
+            for t in range(t1 - 1, t0 - 1, -1):
+                g = G[t]
+                mul(g, b, g)
+                if inloop and t % RENORM == 0:
+                    div(g, c_div[t], g)
+                if t == 0:
+                    break
+                b = beta[t - 1 - t0] if t > t0 else nxt
+                if shared:
+                    dot(At, g, out=b)         # b[i, s] = sum_j At[i, j] g[j, s]
+                else:
+                    np.einsum("ijs,js->is", Ak, g, out=b)
+                if short:
+                    np.copyto(b, 1.0, where=~live[t])
+            n = t1 - t0
+            lo = max(t0, 1)                    # the pairs (t - 1, t) with t in [lo, t1)
+            if t1 > lo:
+                a, g = aT[:, :, :t1 - lo], gT[:, :, :t1 - lo]
+                np.copyto(a, alpha[lo - 1:t1 - 1].transpose(2, 1, 0))
+                np.copyto(g, G[lo:t1].transpose(2, 1, 0))
+                counts += np.matmul(a, g.transpose(0, 2, 1))
+            # the marginals (after a sequence's end: the forward prediction), as (S, T, K)
+            ab = mul(alpha[t0:t1], beta[:n], out=beta[:n])
+            div(ab, np.matmul(one, ab)[:, None, :], out=ab)
+            np.copyto(gamma[:, t0:t1], ab.transpose(2, 0, 1))
         rk0 = np.where(L > 0, 1.0 / k0, 0.0)
-        counts = np.einsum("tis,tjs->sij", alpha[:-1], G[1:], optimize=True)
         counts *= At
         counts *= rk0[:, None, None]
-        logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c, 0.0)
-        log_z = logs.sum(1) + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
+        if short:
+            logs = np.where(valid, np.log(np.where(valid, c_div.T, 1.0)) + c.T, 0.0).sum(1)
+        else:   # the divisors differ from 1 only every RENORM steps with a shared matrix
+            logs = c.sum(0) + np.log(c_div[RENORM::RENORM] if shared else c_div).sum(0)
+        log_z = logs + np.where(L > 0, np.log(np.where(L > 0, k0, 1.0)), 0.0) \
             + np.maximum(L - 1, 0) * m.reshape(-1)
-    gamma = beta.transpose(2, 0, 1).copy()                           # (S, T, K)
     if np.any(bad):
         idx = np.flatnonzero(bad)
         sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
@@ -134,36 +194,47 @@ def forward_backward(log_unary, log_trans, lengths=None):
     return ChainStats(gamma, counts, log_z, L, valid)
 
 
-def _forward(B, At, shared):
-    """The scaled forward pass: alpha[t] = alpha_t / prod_{tau <= t} c_tau, with c_div the
-    divisors applied (1 where none was). A shared transition matrix: one product with
-    [At^T; 1] gives the prediction and the previous sum together, and the sum is divided
-    out every RENORM steps only (between divisions the sums change by a factor in
-    (tiny, K] per step); per-sequence matrices: one einsum and a division per step."""
+def _forward(U, B, c, At, shared, alpha):
+    """The emissions and the scaled forward pass, CHUNK steps at a time: B[t] = exp(U_t -
+    c_t) with c[t] = max_k U_t[k] (written into ``B`` (T, K, S) and ``c`` (T, S)), then
+    alpha[t] = alpha_t / prod_{tau <= t} c_tau into ``alpha`` (T, K, S); returns c_div
+    (T, S), the divisors applied (1 where none was). A shared transition matrix: one
+    product with At^T and one with the emissions per step; the sum is divided out every
+    RENORM steps only (between divisions the sums change by a factor in (tiny, K] per
+    step); per-sequence matrices: one einsum and a division per step."""
     T, K, S = B.shape
-    alpha = np.empty((T, K, S))
     c_div = np.ones((T, S))
-    if shared:
-        Aug = np.vstack([np.ascontiguousarray(At.T), np.ones((1, K))])
-        W = np.empty((T, K + 1, S))
-        alpha[0] = B[0]
-        for t in range(1, T):
-            w = np.dot(Aug, alpha[t - 1], out=W[t])
-            np.multiply(w[:K], B[t], out=alpha[t])
-            if t % RENORM == 0:
-                np.divide(alpha[t], w[K], out=alpha[t])
-        steps = np.arange(RENORM, T, RENORM)
-        c_div[steps] = W[steps, K]
-        return alpha, c_div
-    Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))                 # (K, K, S)
     one = np.ones(K)
-    for t in range(T):
-        a = B[0].copy() if t == 0 else np.einsum("ijs,is->js", Ak, alpha[t - 1], out=alpha[t])
-        if t:
-            np.multiply(a, B[t], out=a)
-        np.dot(one, a, out=c_div[t])
-        np.divide(a, c_div[t], out=alpha[t])
-    return alpha, c_div
+    dot, mul, div = np.dot, np.multiply, np.divide
+    if shared:
+        AtT = np.ascontiguousarray(At.T)
+    else:
+        Ak = np.ascontiguousarray(np.moveaxis(At, 0, -1))             # (K, K, S)
+    for t0 in range(0, T, CHUNK):
+        t1 = min(t0 + CHUNK, T)
+        Bc = B[t0:t1]
+        np.copyto(Bc, U[:, t0:t1].transpose(1, 2, 0))
+        cc = np.max(Bc, axis=1, out=c[t0:t1])     # over the middle axis: (S,) rows
+        np.subtract(Bc, cc[:, None, :], out=Bc)
+        np.exp(Bc, out=Bc)
+        a = alpha[t0 - 1] if t0 else None
+        for t in range(t0, t1):
+            prev, a = a, alpha[t]
+            if t == 0:
+                np.copyto(a, B[0])
+                if not shared:
+                    div(a, dot(one, a, out=c_div[0]), a)
+                continue
+            if shared:
+                dot(AtT, prev, out=a)
+                mul(a, B[t], a)
+                if t % RENORM == 0:
+                    div(a, dot(one, a, out=c_div[t]), a)
+            else:
+                np.einsum("ijs,is->js", Ak, prev, out=a)
+                mul(a, B[t], a)
+                div(a, dot(one, a, out=c_div[t]), a)
+    return c_div
 
 
 def _forward_backward_log(U, P, L):

@@ -101,6 +101,13 @@ class Gamma(ExponentialFamily):
         a, b = self._ab(nat)
         return np.maximum(a - 1.0, 0.0) / b
 
+    def precision_is_pd(self, nat):
+        """A proper Gamma (shape > 0, rate > 0): the BLR step halves rho until it is. A
+        non-conjugate target (a random shape or concentration, docs/hyperpriors.md) can
+        have a rate <= 0; conjugate targets never do."""
+        a, b = self._ab(nat)
+        return bool(np.all(a > 0) and np.all(b > 0))
+
     def to_scipy(self, nat):
         a, b = np.broadcast_arrays(*self._ab(nat))
         return frozen(a.shape, lambda i: stats.gamma(a[i], scale=1.0 / b[i]))

@@ -126,6 +126,22 @@ class MultivariateNormal(ExponentialFamily):
         When every plate entry has the same precision (the scores of probabilistic PCA
         without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row) it is
         factorised once; L, Sigma, log|L| and c^{-1} are then read-only broadcast views."""
+        memo = self.__dict__.get("_unpack_memo")
+        if memo is not None and len(nat) == 2 and memo[0] is nat[0] and memo[1] is nat[1]:
+            return memo[2]   # the same q (natural parameters are replaced, never modified)
+        out = self._unpack_new(nat)
+        for a in out:
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                a.flags.writeable = False   # shared by the readers of this q
+        self._unpack_memo = (nat[0], nat[1], out)
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_unpack_memo", None)   # a work cache, not part of the family
+        return state
+
+    def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
@@ -139,6 +155,19 @@ class MultivariateNormal(ExponentialFamily):
         m = np.broadcast_to(lam1, plates + cov.shape[-1:]) @ cov   # Sigma symmetric: one GEMM
         return (m, np.broadcast_to(prec, full), np.broadcast_to(cov, full),
                 np.broadcast_to(logdet, plates), np.broadcast_to(ci, full))
+
+    def shared_covariance(self, nat):
+        """(E[x], Sigma) when a stack of two or more entries has one covariance Sigma for
+        every entry (the scores of probabilistic PCA without missing cells; see
+        :meth:`_unpack`), so that E[x x^T] = Sigma + E[x] E[x]^T can be used without
+        building the (entries, D, D) stack (docs/latent_products.md); Sigma with size-1
+        plate axes. None otherwise."""
+        m, _, cov, _, _ = self._unpack(nat)
+        k = cov.ndim - 2
+        if k == 0 or int(np.prod(cov.shape[:k], dtype=int)) <= 1 or \
+                not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
+            return None
+        return m, cov[(slice(0, 1),) * k]
 
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
@@ -160,7 +189,11 @@ class MultivariateNormal(ExponentialFamily):
 
     def mean_params(self, nat):
         m, _, cov, _, _ = self._unpack(nat)
-        return m, cov + _outer(m)
+        mm = np.einsum("...i,...j->...ij", m, m)   # a new array: Sigma added in place
+        if mm.shape != np.broadcast_shapes(mm.shape, cov.shape):
+            return m, cov + mm
+        mm += cov       # (not cov + mm: a broadcast Sigma against the stack is 2-3x slower)
+        return m, mm
 
     def entropy(self, nat):
         """H = (D/2)(1 + log 2 pi) - log|L| / 2."""
@@ -226,6 +259,8 @@ def _shared_matrix(a):
     if int(np.prod(a.shape[:-2], dtype=int)) <= 1:
         return None
     first = a[(0,) * k]
+    if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
+        return first   # a broadcast view of one matrix: equal without looking
     if not np.array_equal(a[(-1,) * k], first):   # cheap exit for distinct matrices
         return None
     if not np.array_equal(a, np.broadcast_to(first, a.shape)):

@@ -197,6 +197,7 @@ class CategoricalMarkovChain(Stochastic):
                  Slot("transition", DirichletFamily(), kind="simplex")]
         self._snap = None
         self._cache = None
+        self._work = {}      # forward_backward's intermediate arrays, reused from sweep to sweep
         super().__init__(CategoricalFamily(), MarkovChainFactor, [initial, transition], slots,
                          plates=full, name=name, length=T, columns=self.columns)
 
@@ -254,6 +255,11 @@ class CategoricalMarkovChain(Stochastic):
         self._snap = np.asarray(self.factor.parents[1].moments()[0], dtype=float)
         self._cache = None
 
+    def release(self):
+        """Also drop forward-backward's work arrays (kept from sweep to sweep in a fit)."""
+        super().release()
+        self._work.clear()
+
     def _lengths(self):
         """(S',) lengths: one past each sequence's last step observed by some child (a
         child with no mask, or a latent child, observes every step)."""
@@ -299,7 +305,7 @@ class CategoricalMarkovChain(Stochastic):
         c = self._cache
         if c is not None and c[0][0] is key[0] and c[0][1] is key[1] and c[0][2] == key[2]:
             return c[1]
-        st = forward_backward(U, P, L)
+        st = forward_backward(U, P, L, work=self._work)
         self._cache = (key, st)
         return st
 

@@ -180,6 +180,7 @@ def _data_shift(node, k):
     axes = tuple(range(nplates - k))
     w = np.ones(node.plates) if node.mask is None else np.asarray(node.mask, dtype=float)
     w = np.broadcast_to(w.reshape(w.shape + (1,) * (x.ndim - w.ndim)), x.shape)
+    w = np.where(np.isnan(x), 0.0, w)   # the missing coordinates of partly observed vectors
     xs = np.where(w != 0, x, 0.0)
     n = np.sum(w, axis=axes)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -150,12 +150,6 @@ class Dot(Deterministic):
     def restrict(self, rows, cut, source_rows=None):
         state = super().restrict(rows, cut)
         state["X"] = self.X
-        self.X = self.X[rows] if self.X.ndim > 1 else self.X
-        return state
-
-    def restrict(self, rows, cut, source_rows=None):
-        state = super().restrict(rows, cut)
-        state["X"] = self.X
         if self.X is not None and self.X.ndim > 1:
             self.X = self.X[rows]
         return state
@@ -180,6 +174,39 @@ class Dot(Deterministic):
         self._cache = (srcs, self.X, out)
         return out
 
+    def first_moment(self):
+        """E[a] alone (an ``Add`` parent's message to its other operand needs no E[a^2])."""
+        if self.X is not None:
+            return self.moments()[0]
+        ma, mb = (_first_moment(p) for p in self.operands)
+        return wsum(None, ma, mb, subs=("A", "A"), out="", target_plates=self.plates,
+                    full_plates=self.plates)
+
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
+        """(sum coef y E[a], sum coef E[a^2]) over the entries, reduced to ``target_plates``,
+        without the per-entry moments of :meth:`moments` (docs/latent_products.md, "Sums
+        over the entries"); None for a design-matrix operand (the caller then reads
+        :meth:`moments`). ``coef`` and ``y`` are plate arrays (or None: 1, and no first
+        sum); ``plates``: the entries' plates (the child's), broadcast with the product's;
+        ``second=False``: the first sum only (None in place of the second).
+
+        E[a^2] = tr(E[w w^T] E[x x^T]) is contracted by einsum without the (entries)
+        array: with coef constant (no mask, one noise precision) the sums over each
+        operand's own entries come first, K x K work after them; an operand whose
+        entries share one covariance (:func:`_second_terms`) adds its E[x] E[x]^T and
+        Sigma parts separately, so its (entries, K, K) stack is never built. The first
+        sum is one product of the data with an operand's means."""
+        if self.X is not None:
+            return None
+        (ma, ta), (mb, tb) = (_second_terms(p, not second or _factorises(coef, p.plates))
+                              for p in self.operands)
+        kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
+        s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
+        if not second:
+            return s1, None
+        s2 = sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
+        return s1, s2
+
     def backward(self, msg, parent):
         c1, c2 = msg
         kw = dict(target_plates=parent.plates, full_plates=self.plates)
@@ -187,9 +214,29 @@ class Dot(Deterministic):
             return (wsum(c1, self.X, subs=("A",), out="A", **kw),
                     wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
-        m, S = other.moments()
+        m, terms = _second_terms(other, _factorises(c2, other.plates))
         return (wsum(c1, m, subs=("A",), out="A", **kw),
-                wsum(c2, S, subs=("AB",), out="AB", **kw))
+                self._constant_along(c2, m, terms, parent.plates))
+
+    def _constant_along(self, c, m, terms, target):
+        """sum c E[other other^T] (the sum of ``terms``, :func:`_second_terms`) reduced to
+        ``target`` (the parent's plates). A parent axis along which neither c nor the
+        other operand varies (the scores' axis in PCA when the noise precision is one
+        number) is not filled in: the sum is computed once and returned as a read-only
+        broadcast view (all scores then share one precision matrix, which the
+        MultivariateNormal family factorises once)."""
+        full, n = self.plates, len(target)
+        shapes = [np.shape(c)[:np.ndim(c)], np.shape(m)[:np.ndim(m) - 1]]
+        keep = [target[j] == 1 or any(len(s) >= n - j and s[len(s) - (n - j)] != 1 for s in shapes)
+                for j in range(n)]   # an axis of size 1 is the parent's own: nothing to fill
+        t2 = tuple(t if k else 1 for t, k in zip(target, keep))
+        f2 = list(full)
+        for j, k in enumerate(keep):     # the parent's axes, right-aligned with the product's
+            if not k:
+                f2[len(full) - n + j] = 1
+        res = sum(wsum(c, *a, subs=sa, out="AB", target_plates=t2, full_plates=tuple(f2))
+                  for a, sa in terms)
+        return res if all(keep) else np.broadcast_to(res, tuple(target) + res.shape[-2:])
 
     def start(self, rng):
         """Two latent operands with zero-mean priors are a saddle point of the ELBO
@@ -206,6 +253,51 @@ class Dot(Deterministic):
                 continue   # a given start (``node.start_from``)
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+def _factorises(c, plates):
+    """Is the coefficient c (None, a number or a plate array) constant along every axis on
+    which an operand with ``plates`` has several entries (right-aligned)? Then a sum of
+    c E[v v^T] over those entries is c (N Sigma + sum E[v] E[v]^T) for shared covariances;
+    otherwise the per-entry stack is the cheaper operand."""
+    cs = () if c is None else np.shape(c)
+    n = max(len(cs), len(plates))
+    cs, ps = (1,) * (n - len(cs)) + tuple(cs), (1,) * (n - len(plates)) + tuple(plates)
+    return all(a == 1 or b == 1 for a, b in zip(cs, ps))
+
+
+def _first_moment(node):
+    """E[v] of an operand without its second moments where it can: a ``Dot``'s mean alone,
+    a latent q with a shared covariance its mean (no (entries, D, D) stack)."""
+    f = getattr(node, "first_moment", None)
+    if f is not None:
+        return f()
+    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None:
+        g = getattr(node.family, "shared_covariance", None)
+        parts = None if g is None else g(node.nat)
+        if parts is not None:
+            return parts[0]
+    return node.moments()[0]
+
+
+def _second_terms(node, shared=True):
+    """(E[v], terms) of a vector operand: E[v v^T] as a sum of wsum terms (arrays, subs).
+    A latent MultivariateNormal q whose entries share one covariance Sigma (the family's
+    ``shared_covariance``: the scores of PCA without missing cells) gives
+    [((Sigma,), ("AB",)), ((E[v], E[v]), ("A", "B"))], E[v v^T] = Sigma + E[v] E[v]^T,
+    so the (entries, D, D) stack is never built; otherwise (or ``shared=False``) the
+    per-entry array [((E[v v^T],), ("AB",))]."""
+    parts = None
+    if shared and getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None:
+        f = getattr(node.family, "shared_covariance", None)
+        parts = None if f is None else f(node.nat)
+    if parts is None:
+        m, S = node.moments()
+        return m, [((S,), ("AB",))]
+    m, cov = parts
+    return m, [((cov,), ("AB",)), ((m, m), ("A", "B"))]
 
 
 def _random_mean(node, rng):
@@ -280,6 +372,39 @@ class Add(Deterministic):
         return (np.broadcast_to(ma + mb, self.plates),
                 np.broadcast_to(sa + 2.0 * ma * mb + sb, self.plates))
 
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
+        """(sum coef y E[s], sum coef E[s^2]) reduced to ``target_plates`` (see
+        :meth:`Dot.moment_sums`) from the operands' own sums when one of them gives them
+        (``Add(Dot(W, x), mu)``: probabilistic PCA with column offsets), else None:
+
+            sum c y E[s]   = sum c y E[a] + sum c y E[b]
+            sum c E[s^2]   = sum c E[a^2] + 2 sum c E[b] E[a] + sum c E[b^2]
+
+        the cross term as the first sum of the operand that gives its sums, with the
+        other's mean in place of y."""
+        full = broadcast_plates(self.plates, plates)
+        kw = dict(target_plates=target_plates, full_plates=full)
+
+        def own(op, yy, sec):
+            f = getattr(op, "moment_sums", None)
+            return None if f is None else f(coef, yy, target_plates, full, second=sec)
+
+        got = [own(op, y, second) for op in self.operands]
+        if all(g is None for g in got):
+            return None
+        mine = [g is not None for g in got]
+        for i, op in enumerate(self.operands):
+            if got[i] is None:
+                m1, m2 = op.moments()
+                got[i] = (None if y is None else wsum(coef, y, m1, **kw),
+                          wsum(coef, m2, **kw) if second else None)
+        s1 = None if y is None else got[0][0] + got[1][0]
+        if not second:
+            return s1, None
+        i = mine.index(True)
+        cross = own(self.operands[i], _first_moment(self.operands[1 - i]), False)[0]
+        return s1, got[0][1] + 2.0 * cross + got[1][1]
+
     def backward(self, msg, parent):
         c1, c2 = msg
         kw = dict(target_plates=parent.plates, full_plates=self.plates)
@@ -287,8 +412,12 @@ class Add(Deterministic):
         for i, p in enumerate(self.operands):
             if p is not parent:
                 continue
-            mo = self.operands[1 - i].moments()[0]
-            m = (wsum(None, c1 + 2.0 * np.asarray(c2) * mo, **kw), wsum(c2, **kw))
+            mo = _first_moment(self.operands[1 - i])
+            # nothing to sum (a Dot operand): the coefficient of E[a^2] at its own shape, so
+            # one noise precision stays one number (the Dot's summed paths need it so)
+            same = tuple(parent.plates) == tuple(self.plates)
+            m = (wsum(None, c1 + 2.0 * np.asarray(c2) * mo, **kw),
+                 np.asarray(c2, dtype=float) if same else wsum(c2, **kw))
             total = m if total is None else tuple(x + y for x, y in zip(total, m))
         return total
 

@@ -426,10 +426,21 @@ class Stochastic(Node):
         return self
 
     def aligned_plates(self, parent):
-        sel = self.factor.selector()
-        if sel is not None and parent is not sel and parent in self.factor.parents[1:]:
-            return tuple(parent.plates[:-1])   # a mixture's component parameters: K is last
-        return tuple(parent.plates)
+        f = self.factor
+        sel = f.selector()
+        comp = getattr(f, "component", None)
+        plates = tuple(parent.plates)
+        for i, p in enumerate(f.parents):
+            if p is not parent:
+                continue
+            # trailing plate axes the factor lines up with its own event axes (a Gamma
+            # precision per coordinate of a vector, a Dirichlet's concentrations)
+            if sel is not None and p is not sel and comp is not None and i > 0:
+                extra = comp.draw_ndim(i - 1, 0) + 1   # and a mixture's K axis
+            else:
+                extra = f.draw_ndim(i, 0)
+            return plates[:len(plates) - extra] if extra else plates
+        return plates
 
     def restrict(self, rows, cut, source_rows=None):
         nat = None if self.observed else self.nat  # (a factored q is read at the full plates)
@@ -502,7 +513,8 @@ class Stochastic(Node):
         if self.point:
             return ChildData(self.family.centred_point_value(self.nat),
                              self.family.point_stats(self.nat), self.plates, self.family.value_ndim)
-        return ChildData(None, self.moments(), self.plates, self.family.value_ndim)
+        return ChildData(None, None, self.plates, self.family.value_ndim,   # read when needed
+                         make_moments=self.moments)
 
     def _observed_moments(self):
         """T(data), built on first use (a Categorical takes K from its parent)."""
@@ -717,7 +729,7 @@ class Stochastic(Node):
     def elbo_term(self):
         """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),
         summed over entries with weights mask x counts."""
-        u = [p.moments() for p in self.factor.parents]
+        u = _LazyMoments(self.factor.parents)   # a factor may not need every parent's moments
         x = self.child_data()
         w = self.mask if self.observed else self.observed_entries()
         pm = self._observed_parent_mask()
@@ -744,6 +756,8 @@ def _entries_reached(child, node, seen):
             continue
         if mixture and i > 0:   # component parameters: every row may belong to component k
             got = np.full(node.plates, bool(seen.any()))
+        elif child.aligned_plates(node) != tuple(node.plates):
+            return None         # a plate axis of the parent is not the child's (a category axis)
         else:
             got = reduce_seen(seen, node.plates)
             if got is None:

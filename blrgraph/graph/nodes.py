@@ -198,11 +198,15 @@ class Beta(_Public):
 
 class Dirichlet(_Public):
     """Dirichlet(alpha) with fixed concentrations alpha > 0 (last axis = categories); or
-    Dirichlet(base, concentration=s): concentrations s * base with s a Gamma node
-    (non-conjugate, fit("ncvmp")) and base a fixed positive vector."""
+    Dirichlet(alpha) with alpha a Gamma node whose last plate axis holds the K random
+    concentrations (BayesPy's Concentration); or Dirichlet(base, concentration=s):
+    concentrations s * base with s a Gamma node and base a fixed positive vector. Both
+    random forms are non-conjugate: fit("ncvmp")."""
 
     @classmethod
     def _spec(cls, alpha, name=None, concentration=None):
+        if concentration is None and isinstance(alpha, Node):
+            return cls._alpha_spec(alpha, name)
         if concentration is None:
             return _fixed(DirichletFamily()).__func__(cls, alpha, name=name)
         from .factors.hyper import DirichletConcentrationFactor
@@ -215,6 +219,20 @@ class Dirichlet(_Public):
                             f"random scale of the concentrations), got {concentration!r}")
         return (DirichletFamily(), DirichletConcentrationFactor, [concentration],
                 [Slot("concentration", GammaFamily())], {"base": base})
+
+    @classmethod
+    def _alpha_spec(cls, alpha, name):
+        from .factors.hyper import DirichletAlphaFactor
+        if not _is_node(alpha, GammaFamily):
+            raise TypeError(f"Dirichlet '{name}': random concentrations must be a Gamma node "
+                            f"(K positive values on its last plate axis, e.g. "
+                            f"bg.Gamma(1.0, 0.1, plates=(K,))), got {alpha.label()}")
+        if len(alpha.plates) < 1 or alpha.plates[-1] < 2:
+            raise ValueError(f"Dirichlet '{name}': the concentrations {alpha.label()} have plates "
+                             f"{tuple(alpha.plates)}; give the Gamma node its K >= 2 categories "
+                             f"as the last plate axis (plates=(K,)), or use "
+                             f"Dirichlet(np.ones(K), concentration=s) for one random scale")
+        return (DirichletFamily(), DirichletAlphaFactor, [alpha], [Slot("alpha", GammaFamily())], {})
 
 
 class Wishart(_Public):

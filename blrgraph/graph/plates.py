@@ -112,6 +112,26 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
     return res
 
 
+def compact(a):
+    """The smallest view of ``a`` that broadcasts back to it: the axes of size > 1 with
+    stride 0 (a ``np.broadcast_to`` view: one precision matrix for every entry) taken
+    at index 0. Exact; no copy."""
+    a = np.asarray(a)
+    if 0 not in a.strides:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None)
+                   for st, n in zip(a.strides, a.shape))]
+
+
+def add_compact(a, b):
+    """a + b at the broadcast shape, computed at the compact shapes (:func:`compact`) and
+    returned as a read-only broadcast view when that is smaller: the sum of a prior and a
+    message that are the same for every entry is then one matrix, not one per entry."""
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    s = compact(a) + compact(b)
+    return s if s.shape == shape else np.broadcast_to(s, shape)
+
+
 def reduce_to(term, event_ndim, target_plates, weights=None):
     """Sum ``weights * term`` over the plate axes the target does not have."""
     ev = string.ascii_uppercase[:event_ndim]

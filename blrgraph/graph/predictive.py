@@ -9,6 +9,10 @@ linear predictor ``Dot(X, w)``); the factor returns a :class:`Predictive` with
 Beta-Binomial, negative binomial, Dirichlet-multinomial, Lomax, beta-prime); the
 base class falls back on Monte Carlo over q (mean-field products, non-conjugate
 links), with the mean and variance exact wherever the factor gives them.
+
+A vector node observed with a per-coordinate mask gives each partly observed entry the
+predictive of its missing coordinates given its observed ones (:class:`PartlyObserved`,
+docs/math.md §6.1).
 """
 from __future__ import annotations
 
@@ -45,6 +49,16 @@ def _index_plates(idx):
 
 
 # ---------------------------------------------------------------------------------------
+def missing_patterns(obs):
+    """(rows, observed, missing) for each pattern of observed coordinates (obs: (n, D)
+    bool) that has at least one observed coordinate: the rows share one conditional."""
+    pats, inv = np.unique(obs, axis=0, return_inverse=True)
+    inv = np.ravel(inv)
+    for j, o in enumerate(pats):
+        if o.any():
+            yield np.flatnonzero(inv == j), o, ~o
+
+
 class Predictive:
     """The posterior predictive distribution of the entries of a node.
 
@@ -440,13 +454,7 @@ class MultivariateT(Predictive):
         df = np.array(np.broadcast_to(self.df, plates).reshape(-1))
         ll = np.zeros(len(xb))
         new_df = df.copy()
-        pats, inv = np.unique(obs, axis=0, return_inverse=True)
-        inv = np.ravel(inv)
-        for j, o in enumerate(pats):
-            if not o.any():
-                continue
-            rows = np.flatnonzero(inv == j)
-            m = ~o
+        for rows, o, m in missing_patterns(obs):
             Soo = S[rows][:, o][:, :, o]
             dx = xb[rows][:, o] - loc[rows][:, o]
             ll[rows] = _mvt_logpdf(xb[rows][:, o], loc[rows][:, o], Soo, df[rows])
@@ -578,6 +586,16 @@ class FamilyPredictive(Predictive):
         return FamilyPredictive(self.family, self.nat, plates)
 
 
+def _draws_to(a, k, plates):
+    """Draws a ((S,) + their plates + k event axes) broadcast to (S,) + plates + event:
+    plates with fewer axes line up on the right, after the draws' axis."""
+    extra = len(plates) - (a.ndim - 1 - k)
+    if extra > 0:
+        a = a.reshape(a.shape[:1] + (1,) * extra + a.shape[1:])
+    return np.broadcast_to(a, a.shape[:1] + tuple(plates) + a.shape[a.ndim - k:] if k
+                           else a.shape[:1] + tuple(plates))
+
+
 class MonteCarloPredictive(Predictive):
     """E_q[p(x | parents)] by S draws of the parents from q (mean field: each parent
     from its own q): ``logpdf`` = log of the mean density over the draws, ``mean``
@@ -591,8 +609,7 @@ class MonteCarloPredictive(Predictive):
         self.family = family
         self.value_ndim = family.value_ndim
         self.name = f"{family.name} (Monte Carlo over q, {np.shape(nat_draws[0])[0]} draws)"
-        self.nat = tuple(np.broadcast_to(a, a.shape[:1] + self.plates + a.shape[a.ndim - k:] if k
-                                         else a.shape[:1] + self.plates)
+        self.nat = tuple(_draws_to(np.asarray(a), k, self.plates)
                          for a, k in zip(nat_draws, family.event_ndims))
         self._draw_nat = draw_nat
         self._mean, self._var = mean, var
@@ -648,8 +665,7 @@ class MonteCarloPredictive(Predictive):
         n = int(np.prod(shape, dtype=int)) if shape else 1
         if self._draw_nat is not None:   # fresh parent draws: exact draws from the predictive
             nat = self._draw_nat(n, rng)
-            nat = tuple(np.broadcast_to(a, (n,) + self.plates + a.shape[a.ndim - k:] if k
-                                        else (n,) + self.plates)
+            nat = tuple(_draws_to(np.asarray(a), k, self.plates)
                         for a, k in zip(nat, self.family.event_ndims))
         else:
             pick = rng.integers(self.n_draws, size=n)
@@ -1144,6 +1160,8 @@ def node_predictive(node, inputs=None, samples=2000, seed=0):
     elif dots:
         plates = tuple(factor.predictive_plates(q))
     pred = factor.predictive(q, plates, ctx)
+    if values is None and not dots:
+        pred = condition_partial_rows(node, q, pred)
     children = _assignment_children(node)
     if kids or (children and node.observed):
         pred = _condition_assignment(node, pred, kids, ctx)
@@ -1196,3 +1214,224 @@ def log_predictive(node, values, mask=None, inputs=None, samples=2000, seed=0):
     """sum over entries of log p(values | data) under the fitted q: held-out scoring
     (``node.predictive(inputs).log_predictive(values, mask)``)."""
     return node.predictive(inputs=inputs, samples=samples, seed=seed).log_predictive(values, mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Partly observed vectors (observe(X, mask) with a mask of X's shape, docs/predict.md)
+class PartlyObserved(Predictive):
+    """The predictive of a vector node some of whose entries are partly observed: each such
+    entry (``rows``, a bool over the plates) has ``cond``, the predictive of its missing
+    coordinates given its observed ones (those fixed at their values: zero variance,
+    ``logpdf`` scores the missing coordinates only); every other entry keeps ``base``."""
+
+    value_ndim = 1
+
+    def __init__(self, base, cond, rows, x=None):
+        super().__init__(base.plates)
+        self.base, self.cond = base, cond
+        self.rows = np.broadcast_to(np.asarray(rows, bool), self.plates)
+        #: the partly observed entries' values (n, D), NaN where missing: the observed
+        #: coordinates of mean and samples are these, to the last digit
+        self.x = None if x is None else np.asarray(x, dtype=float)
+        self._obs = None if x is None else np.isfinite(self.x)
+        self.exact = bool(base.exact and cond.exact)
+        self.name = f"{base.name}; {int(self.rows.sum())} partly observed entries conditioned"
+
+    def _fill(self, whole, part, event_ndim):
+        ev = np.shape(whole)[np.ndim(whole) - event_ndim:]
+        out = np.array(np.broadcast_to(whole, self.plates + ev), dtype=float)
+        out[self.rows] = part
+        return out
+
+    @property
+    def weights(self):
+        """A mixture's component weights per entry: q(z) of the entry (kept by conditioning)."""
+        return self.base.weights
+
+    @property
+    def mean(self):
+        c = self.cond.mean
+        c = c if self.x is None else np.where(self._obs, self.x, c)
+        return self._fill(self.base.mean, c, 1)
+
+    @property
+    def cov(self):
+        return self._fill(self.base.cov, self.cond.cov, 2)
+
+    @property
+    def var(self):
+        return np.diagonal(self.cov, axis1=-2, axis2=-1).copy()
+
+    def logpdf(self, values):
+        x = np.asarray(values, dtype=float)
+        if x.shape[:-1] != self.plates:
+            x = np.broadcast_to(x, self.plates + x.shape[-1:])
+        return self._fill(self.base.logpdf(x), self.cond.logpdf(x[self.rows]), 0)
+
+    def sample(self, size=None, seed=None):
+        rng = _rng(seed)
+        s = np.array(self.base.sample(size, seed=rng), dtype=float)
+        n = len(_size(size))
+        idx = (slice(None),) * n + (self.rows,)
+        c = self.cond.sample(size, seed=rng)
+        s[idx] = np.where(self._obs, self.x, c) if self.x is not None else c
+        return s
+
+    def to_scipy(self):
+        raise NotImplementedError("a partly observed entry has fixed coordinates; scipy has no "
+                                  "such distribution")
+
+    def _take(self, idx):
+        pos = np.arange(int(np.prod(self.plates, dtype=int))).reshape(self.plates)[idx]
+        lookup = np.full(self.rows.size, -1)
+        lookup[np.flatnonzero(self.rows)] = np.arange(int(self.rows.sum()))
+        j = lookup[np.ravel(pos)]
+        base = self.base._take(idx)
+        keep = j >= 0
+        if not keep.any():
+            return base
+        return PartlyObserved(base, self.cond[(j[keep],)], keep.reshape(np.shape(pos)),
+                              None if self.x is None else self.x[j[keep]])
+
+
+def _partial_rows(node):
+    """(rows, x): ``rows`` a bool over the node's plates marking the observed entries with
+    some but not all coordinates observed, ``x`` (n, D) their values, NaN where missing;
+    None when there is no such entry."""
+    fam = getattr(node, "family", None)
+    if fam is None or fam.value_ndim != 1 or not getattr(node, "observed", False):
+        return None
+    cells = node.cells()
+    if cells is None:
+        return None
+    plates = tuple(node.plates)
+    v = np.asarray(node.value, dtype=float)
+    D = v.shape[-1]
+    v = np.broadcast_to(v, plates + (D,))
+    cells = np.broadcast_to(cells, plates + (D,))
+    rows = cells.any(-1) & ~cells.all(-1)
+    if node.mask is not None:
+        rows = rows & np.broadcast_to(np.asarray(node.mask, bool), plates)
+    if not rows.any():
+        return None
+    return rows, np.where(cells[rows], v[rows], np.nan)
+
+
+def condition_partial_rows(node, q, pred):
+    """``pred`` with each partly observed entry of ``node`` replaced by the predictive of its
+    missing coordinates given its observed ones, E_q[p(x_m | x_o, parents)]
+    (docs/predict.md, docs/math.md §6.1): the row's own cells are already in the fitted
+    q, so they are not counted a second time. A mixture entry keeps its fitted q(z_n)
+    (the responsibilities given its observed coordinates) and mixes its components'
+    conditionals (Monte Carlo: over the draws of ``pred``)."""
+    part = _partial_rows(node)
+    if part is None:
+        return pred
+    rows, x = part
+    factor = node.factor
+    sub = pred[rows]
+    if _is_mixture(node):
+        K = sub.weights.shape[-1]
+        comps = _conditional(factor.component, q[1:], sub.components, x[:, None, :], rows,
+                             tuple(node.plates) + (K,), node)
+        cond = MixturePredictive(sub.weights, comps, sub.plates)
+    else:
+        cond = _conditional(factor, q, sub, x, rows, tuple(node.plates), node)
+    return PartlyObserved(pred, cond, rows, x)
+
+
+def _conditional(factor, q, sub, x, rows, full, node):
+    """The conditional predictive of the missing coordinates of ``x`` (NaN) given the
+    others under the predictive ``sub`` of the same entries (plates (n,) or (n, K))."""
+    from .factors.gaussian import DiagonalGammaFactor, MultivariateNormalFactor
+    if isinstance(sub, FamilyPredictive):          # every parent fixed: a Gaussian
+        sub = MultivariateT(np.inf, sub.centred_mean, sub.cov, sub.plates, shift=sub.shift)
+    if isinstance(sub, MultivariateT):
+        mean = q[0]
+        if (np.all(np.isinf(sub.df)) and mean.kind == "q"
+                and isinstance(factor, (MultivariateNormalFactor, DiagonalGammaFactor))):
+            D = sub.cloc.shape[-1]
+            if isinstance(factor, MultivariateNormalFactor):
+                noise = np.linalg.inv(np.asarray(q[1].value, dtype=float))
+            else:
+                t = np.asarray(q[1].value, dtype=float)
+                t = np.broadcast_to(t, t.shape[:-1] + (D,)) if t.ndim else np.full(D, float(t))
+                noise = np.eye(D) / t[..., None, :]
+            S = np.broadcast_to(mean.cov, full + (D, D))[rows]
+            noise = np.broadcast_to(noise, full + (D, D))[rows]
+            return _gaussian_mean_conditional(sub, S, noise, x)
+        # a fixed mean, NormalWishart, a fixed mean + Wishart: the t-conditional is
+        # E_q[p(x_m | x_o, parents)] itself (docs/math.md §6.1)
+        return sub.condition(x)[1]
+    if isinstance(sub, MonteCarloPredictive):
+        return _monte_carlo_conditional(sub, x)
+    raise NotImplementedError(f"{node.label()}: no conditional predictive of partly observed "
+                              f"vectors for a {type(sub).__name__}")
+
+
+def _gaussian_mean_conditional(pred, S, noise, values):
+    """x ~ N(mu, noise), mu ~ N(m, S) (q of a Gaussian mean, a fixed covariance): per entry,
+    E_q[p(x_m | x_o, mu)] = N(m_m + B (x_o - m_o), noise_m|o + [I, -B] S [I, -B]^T) with
+    B = noise_mo noise_oo^-1 (docs/math.md §6.1). ``pred`` is N(m, S + noise) (its location
+    relative to its shift)."""
+    plates = pred.plates
+    D = pred.cloc.shape[-1]
+    sh = pred.shift
+    x = np.asarray(values, dtype=float)
+    x = np.broadcast_to(x if sh is None else x - sh, plates + (D,)).reshape(-1, D)
+    loc = np.array(pred.cloc.reshape(-1, D))
+    S = np.asarray(S, dtype=float).reshape(-1, D, D)
+    N = noise.reshape(-1, D, D)
+    cov = S + N
+    obs = np.isfinite(x)
+    for r, o, m in missing_patterns(obs):
+        Noo, Nmo, Nmm = N[r][:, o][:, :, o], N[r][:, m][:, :, o], N[r][:, m][:, :, m]
+        B = np.swapaxes(np.linalg.solve(Noo, np.swapaxes(Nmo, -1, -2)), -1, -2)   # (n, m, o)
+        A = np.zeros((len(r), int(m.sum()), D))
+        A[:, :, m] = np.eye(int(m.sum()))
+        A[:, :, o] = -B
+        Cmm = Nmm - B @ np.swapaxes(Nmo, -1, -2) + A @ S[r] @ np.swapaxes(A, -1, -2)
+        L = loc[r]
+        L[:, m] = L[:, m] + np.einsum("nij,nj->ni", B, x[r][:, o] - L[:, o])
+        L[:, o] = x[r][:, o]
+        C = np.zeros((len(r), D, D))
+        C[np.ix_(np.arange(len(r)), m, m)] = 0.5 * (Cmm + np.swapaxes(Cmm, -1, -2))
+        loc[r], cov[r] = L, C
+    free = ~obs & pred.free.reshape(-1, D)
+    return MultivariateT(np.inf, loc.reshape(plates + (D,)), cov.reshape(plates + (D, D)), plates,
+                         free.reshape(plates + (D,)), sh)
+
+
+class _DrawMixture(MixturePredictive):
+    """Equal-weight mixture over Monte Carlo draws of the parameters (not exact)."""
+
+    def __init__(self, weights, components, plates):
+        super().__init__(weights, components, plates)
+        self.exact = False
+        self.name = (f"conditional multivariate normal (Monte Carlo over q, "
+                     f"{self.weights.shape[-1]} draws)")
+
+    def _take(self, idx):
+        w = self.weights[idx]
+        return _DrawMixture(w, self.components.broadcast(self.weights.shape)[idx], w.shape[:-1])
+
+    def _broadcast(self, plates):
+        return _DrawMixture(self.weights, self.components.broadcast(
+            tuple(plates) + self.weights.shape[-1:]), plates)
+
+
+def _monte_carlo_conditional(pred, values):
+    """Monte Carlo over q (mean-field parents): each of the S draws (mu_s, Lambda_s) gives
+    the Gaussian conditional of the missing coordinates; the predictive is their equal-
+    weight mixture (its mean and cov by the laws of total expectation and variance)."""
+    eta1, eta2 = (np.asarray(a, dtype=float) for a in pred.nat)
+    S = eta1.shape[0]
+    lam = -2.0 * eta2
+    cov = np.linalg.inv(lam)
+    mu = np.einsum("...ij,...j->...i", cov, eta1)                  # centred coordinates
+    plates = pred.plates
+    sh = pred.shift
+    comps = MultivariateT(np.inf, np.moveaxis(mu, 0, -2), np.moveaxis(cov, 0, -3),
+                          plates + (S,), shift=None if sh is None else sh[..., None, :])
+    _, cond = comps.condition(np.expand_dims(np.asarray(values, dtype=float), -2))
+    return _DrawMixture(np.full(plates + (S,), 1.0 / S), cond, plates)

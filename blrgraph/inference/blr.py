@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.plates import add_compact, compact
+
 
 def _add(a, b):
     if a is None:
@@ -40,7 +42,8 @@ def blr_target(model, node, scale=None):
     target = node.prior_natural()
     msg = incoming(model, node, scale)
     if msg is not None:  # components a message lacks (a chain's coupling) keep the prior's
-        target = tuple(a + m for a, m in zip(target, msg)) + tuple(target[len(msg):])
+        # (entries that share one value, e.g. one score precision, stay one broadcast value)
+        target = tuple(add_compact(a, m) for a, m in zip(target, msg)) + tuple(target[len(msg):])
     return target
 
 
@@ -96,7 +99,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
         new = tuple((1.0 - rho) * a + rho * t for a, t in zip(node.nat, target))
     at = f" at iteration {iteration}" if iteration is not None else ""
     for a in new:
-        if not np.all(np.isfinite(a)):
+        if not np.all(np.isfinite(compact(a))):
             raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
                                      f"parameters{at}; check the data scale and the priors")
     r = rho

@@ -44,8 +44,10 @@ def fit(model, method="vmp", **options):
     """Fit ``model`` by ``method`` ("conjugate", "vmp", "ncvmp", "em", "map", "svi", or a
     :class:`~blrgraph.inference.methods.Method`); the options are listed in docs/api.md
     ("fit"). With ``restarts=R`` the run is repeated from R starts (seeds ``seed``,
-    ``seed + 1``, ...), the best ELBO is kept, the nodes are left at it, and
-    ``FitResult.restart_elbos`` lists every start's ELBO."""
+    ``seed + 1``, ...; a mixture over data with no ``init=`` alternates the k-means
+    and the random start, docs/scheduler.md "Restarts"), the best ELBO is kept, the
+    nodes are left at it, and ``FitResult.restart_elbos`` lists every start's ELBO
+    (``restart_starts`` the start of each)."""
     method = get_method(method)
     opts = parse_options(method, dict(options))
     method = method.with_rho(opts.rho) if not method.stochastic else \
@@ -54,11 +56,12 @@ def fit(model, method="vmp", **options):
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
     seeds = _restart_seeds(opts.seed, opts.restarts)
-    best, best_state, elbos = None, None, []
-    for s in seeds:
-        res = _fit_once(model, method, opts, s)
+    best, best_state, elbos, starts = None, None, [], []
+    for r, s in enumerate(seeds):
+        res = _fit_once(model, method, opts, s, restart=r)
         score = elbo(model) if res.estimate and not _streamed(model) else res.elbo
         elbos.append(float(score))
+        starts.append(res.start)
         if best is None or score > max(elbos[:-1]):
             best = res
             best_state = [(n, n.nat, n.point, n.fitted) for n in model.latent]
@@ -67,6 +70,7 @@ def fit(model, method="vmp", **options):
         n.point, n.fitted = point, fitted
     best.restart_elbos = elbos
     best.restart_seeds = seeds
+    best.restart_starts = starts
     best.best_restart = int(np.argmax(elbos))
     model.fit_result = best
     return best
@@ -78,24 +82,38 @@ def _restart_seeds(seed, R):
     return [int(seed) + r for r in range(R)]
 
 
+def _start_name(starts):
+    """The start of a run as fit(init=...) would take it: a name when every mixture
+    assignment started the same way ("given" for an explicit array), else {node: name}."""
+    names = {z.name: "given" if isinstance(v, np.ndarray) else str(v) for z, v in starts.items()}
+    if not names:
+        return None
+    return next(iter(names.values())) if len(set(names.values())) == 1 else names
+
+
 def _streamed(model):
     return any(n.source is not None for n in model.observed)
 
 
-def plan_run(model, method, opts, structure):
-    """The :class:`~blrgraph.inference.loop.Plan` of one run."""
+def plan_run(model, method, opts, structure, restart=0):
+    """The :class:`~blrgraph.inference.loop.Plan` of one run (``restart``: its index
+    among the restarts, which picks the default start of a mixture over data)."""
     if opts.local_iters is not None and not structure.local:
         raise ValueError(f"fit({method.name!r}, local_iters=...): no latent node lies on the data "
                          f"axis (the first plate axis of the observed nodes), so there is no "
                          f"local block to iterate; drop local_iters")
-    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart)
+    batch = not method.stochastic and not dask_rows.uses_dask(model)  # (local.py, starts.py)
+    block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart,
+                       adaptive=batch)
     starts = check_init(model, opts.init, structure.assignments)
     points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
-            # the structure's start (kmeans / diffuse); a k-means start with no data to
-            # work on falls back to random (starts.Default)
-            starts[z] = Default(default_start(structure, z))
+            # the structure's start (kmeans / topics / diffuse; restarts of a batch fit
+            # alternate kmeans and random); a k-means start with no data to work on falls
+            # back to random (starts.Default)
+            starts[z] = Default(default_start(structure, z, 0 if method.stochastic else restart,
+                                              batch))
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
@@ -112,6 +130,9 @@ def plan_run(model, method, opts, structure):
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
+        if any(isinstance(v, str) and v == "topics" for v in starts.values()):
+            raise ValueError("init='topics' draws the topics on the driver and needs every row's "
+                             "assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
 
@@ -149,9 +170,9 @@ def _start(model, plan, opts, rng):
         n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
 
 
-def _fit_once(model, method, opts, seed):
+def _fit_once(model, method, opts, seed, restart=0):
     structure = Structure(model, opts.batch_over, strict=method.stochastic)
-    plan = plan_run(model, method, opts, structure)
+    plan = plan_run(model, method, opts, structure, restart)
     rng = np.random.default_rng(seed)
     _start(model, plan, opts, rng)
     run = Run(model, plan, rng)
@@ -171,6 +192,7 @@ def _fit_once(model, method, opts, seed):
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
+    res.start = _start_name(plan.starts)
     model.fit_result = res
     return res
 

@@ -8,6 +8,14 @@ and the assignments once more at the end, so that the globals see assignments fi
 to the final local parameters. When no local node reads another (a mixture's z alone),
 one update is the exact local optimum.
 
+The local budget follows the globals (batch fits, ``adaptive``): while the global nodes
+still move (the relative change of their natural parameters since the last local fit is
+large, as in the first sweeps from a start), full local convergence is wasted on globals
+that the next step replaces; the block then runs ``SCALE / movement`` sweeps, at least
+:data:`EARLY_ITERS` and at most ``iters`` (the first fit of a run: :data:`EARLY_ITERS`).
+Once the globals move by less than ``SCALE / iters`` (0.5% by default) every entry is
+fitted to convergence again (docs/scheduler.md, "The local block").
+
 Per-entry convergence (as scikit-learn's LDA stops each document on its own): an entry
 of the data axis whose watched natural parameters changed by less than ``tol`` (mean
 absolute change over its values) stops; once fewer than half of the entries of the
@@ -28,19 +36,26 @@ ITERS, TOL = 100, 1e-3
 #: per sweep falls below this, then goes on warm (each sweep a coordinate ascent, so the
 #: trace is monotone from there and can converge to any tolerance)
 WARM_AFTER = 1e-4
+#: the adaptive budget (batch fits with the default ``iters``): ``SCALE / movement``
+#: sweeps, clipped to [EARLY_ITERS, iters], where movement is the globals' relative change
+#: (sum |delta nat| / sum |nat|) since the previous local fit
+EARLY_ITERS, SCALE = 10, 0.5
 
 
 class LocalBlock:
     """``structure.local`` fitted to the globals: ``iters`` sweeps at most, each entry
-    until its change is below ``tol``; ``restart``: from the priors each time."""
+    until its change is below ``tol``; ``restart``: from the priors each time;
+    ``adaptive`` (with the default ``iters``): fewer sweeps while the globals move."""
 
-    def __init__(self, model, structure, iters=None, tol=None, restart=None):
+    def __init__(self, model, structure, iters=None, tol=None, restart=None, adaptive=False):
         self.model, self.structure = model, structure
         self.nodes = list(structure.local)
         inner = structure.has_inner_dependence()
         self.iters = (ITERS if inner else 1) if iters is None else int(iters)
         if not inner:
             self.iters = 1
+        self.adaptive = bool(adaptive) and inner and iters is None
+        self._seen = None      # the globals' natural parameters at the last local fit
         self.tol = TOL if tol is None else float(tol)
         self.restart = inner if restart is None else bool(restart)
         self.auto_restart = restart is None and inner
@@ -71,10 +86,25 @@ class LocalBlock:
         if self.restart:
             for n in self.nodes:
                 reset_to_prior(n)
-        sweeps = self._sweeps(view, update, self.iters)
+        sweeps = self._sweeps(view, update, self.budget())
         for n in self.last:
             update(n)
         return sweeps
+
+    def budget(self):
+        """Local sweeps allowed now: ``iters``, or with ``adaptive`` the share that the
+        globals' movement since the last fit warrants."""
+        if not self.adaptive:
+            return self.iters
+        now = [tuple(np.array(a, dtype=float) for a in g.nat) for g in self.structure.globals]
+        seen, self._seen = self._seen, now
+        if seen is None:
+            return min(EARLY_ITERS, self.iters)
+        change = sum(float(np.sum(np.abs(a - b))) for x, y in zip(now, seen) for a, b in zip(x, y))
+        size = sum(float(np.sum(np.abs(a))) for x in now for a in x)
+        if change <= SCALE / self.iters * size:
+            return self.iters
+        return int(np.clip(SCALE * size / change, EARLY_ITERS, self.iters))
 
     def _sweeps(self, view, update, budget):
         if budget <= 0:

@@ -13,8 +13,9 @@ class FitResult:
     ``n_iter``, ``converged``, ``method``; ``local_sweeps`` lists the local sweeps run in
     each iteration when the local block iterates (how hard it worked); with
     ``fit(restarts=R)``, ``restart_elbos`` / ``restart_seeds`` list every start's ELBO and
-    seed and ``best_restart`` is the index of the one kept; ``seed`` is the seed of the
-    run whose result this is."""
+    seed, ``restart_starts`` the start of each (docs/scheduler.md "Restarts") and
+    ``best_restart`` is the index of the one kept; ``seed`` and ``start`` are the seed
+    and the start of the run whose result this is."""
 
     elbo: float
     elbo_trace: np.ndarray
@@ -29,6 +30,8 @@ class FitResult:
     restart_seeds: list = field(repr=False, default=None)
     best_restart: int = field(repr=False, default=None)
     seed: object = field(repr=False, default=None)
+    start: object = field(repr=False, default=None)
+    restart_starts: list = field(repr=False, default=None)
 
     def __repr__(self):
         est = " (estimate)" if self.estimate else ""

@@ -14,21 +14,32 @@ MIN_COUNT = 1.0
 
 
 def _component_params(model, z):
-    """Latent parameter nodes of the mixtures that ``z`` selects (K on the last plate axis)."""
-    out = []
+    """(node, axis) of the latent parameter nodes of the mixtures that ``z`` selects, the
+    axis holding the K components: the last plate axis the component factor does not
+    line up with its own event axes (a Gamma precision per coordinate of a vector
+    component has plates (K, D): K is at -2). Nodes shared by all components are left out."""
+    K = np.shape(z.nat[0])[-1]       # (not z's moments: on Dask z's rows are elsewhere)
+    out, seen = [], set()
     for c in model.children[z]:
-        if c.stochastic and c.factor.selector() is z:
-            out += [p for p in c.factor.parents[1:] if p in model.graph and p.stochastic
-                    and not p.observed and p.plates and p not in out]
+        if not (c.stochastic and c.factor.selector() is z):
+            continue
+        comp = getattr(c.factor, "component", None)
+        for j, p in enumerate(c.factor.parents[1:]):
+            if p in seen or p not in model.graph or not p.stochastic or p.observed:
+                continue
+            extra = comp.draw_ndim(j, 0) if comp is not None else 0
+            axis = len(p.plates) - 1 - extra
+            if axis >= 0 and p.plates[axis] == K:
+                out.append((p, axis))
+                seen.add(p)
     return out
 
 
-def _flat_by_component(node):
+def _flat_by_component(node, ax):
     rows = []
-    ax = len(node.plates) - 1
     for a, k in zip(node.nat, node.family.event_ndims):
         a = np.broadcast_to(a, tuple(node.plates) + np.shape(a)[np.ndim(a) - k:])
-        rows.append(np.moveaxis(a, ax, 0).reshape(node.plates[-1], -1))
+        rows.append(np.moveaxis(a, ax, 0).reshape(node.plates[ax], -1))
     return np.concatenate(rows, axis=1)
 
 
@@ -49,7 +60,7 @@ def tied_components(model, z, counts=None):
         return []
     if counts is None:
         counts = component_counts(z)
-    F = np.concatenate([_flat_by_component(p) for p in params], axis=1)
+    F = np.concatenate([_flat_by_component(p, ax) for p, ax in params], axis=1)
     K = F.shape[0]
     scale = np.max(np.abs(F), axis=0) + 1e-300
     groups, seen = [], set()

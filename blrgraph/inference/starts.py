@@ -6,19 +6,28 @@ that breaks the symmetry between components (docs/scheduler.md, "Starts").
   sufficient statistic of every observed mixture child, standardised per column;
   masked cells left out of distances and centres); one-hot responsibilities.
 * ``"kmeans++"``: the k-means++ seeds only (one-hot to the nearest seed).
-* ``"diffuse"`` (the default for per-entry mixture weights, e.g. LDA's z under
-  theta[doc]): Dirichlet(10) responsibilities, close to uniform.
-* ``"random"``: Dirichlet(1) responsibilities.
+* ``"topics"`` (the default for per-entry mixture weights in batch fits, e.g. LDA's z
+  under theta[doc]): scikit-learn's LDA start. The components' Dirichlet parameters get
+  random pseudo-counts Gamma(100, 1/100) (each about 1, +-10%), and the assignments are
+  their update from those components with the per-entry weights at their prior.
+* ``"diffuse"`` (the default for per-entry mixture weights under SVI and Dask, and where
+  ``"topics"`` has no Dirichlet component parameter): Dirichlet(10) responsibilities,
+  close to uniform.
+* ``"random"``: Dirichlet(1) responsibilities (with ``restarts=R`` and no ``init=``,
+  the default of a mixture over data in restarts 1, 2, 4, 5, ...: RESTART_STARTS).
 * an array (responsibilities of the one assignment node) or ``{node: array}``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-INITS = ("kmeans", "kmeans++", "random", "diffuse")
+INITS = ("kmeans", "kmeans++", "random", "diffuse", "topics")
 
 #: Dirichlet concentration of the responsibilities drawn by init="diffuse"
 DIFFUSE = 10.0
+#: Gamma(shape, scale) of the components' pseudo-counts drawn by init="topics" (scikit-
+#: learn's LatentDirichletAllocation: gamma(100, 1/100))
+TOPICS_SHAPE, TOPICS_SCALE = 100.0, 0.01
 #: Lloyd's iterations of the k-means start stop when no point changes cluster, or here
 KMEANS_MAX_ITER = 300
 
@@ -88,7 +97,7 @@ def start_assignment(model, z, rng, init):
         try:
             start_assignment(model, z, rng, str(init))
         except ValueError:
-            return start_assignment(model, z, rng, "random")
+            return start_assignment(model, z, rng, "diffuse" if init == "topics" else "random")
         if init.soft:
             r = (1.0 - SOFT) * np.exp(z.nat[0]) + SOFT / K
             z.set_natural((np.log(r),))
@@ -97,6 +106,8 @@ def start_assignment(model, z, rng, init):
         r = init
     elif init in ("kmeans", "kmeans++"):
         r = kmeans_responsibilities(model, z, K, rng, lloyd=init == "kmeans")
+    elif init == "topics":
+        r = topics_responsibilities(model, z, rng)
     elif init == "diffuse":
         r = rng.dirichlet(np.full(K, DIFFUSE), size=z.plates)
     else:
@@ -104,11 +115,44 @@ def start_assignment(model, z, rng, init):
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
 
 
-def default_start(structure, z):
-    """"diffuse" for per-entry mixture weights (z's prior is a local node: LDA's
-    theta[doc]); "kmeans" for a mixture over data."""
+#: the default starts of a mixture over data in restarts 0, 1, 2, ... (cycled): k-means
+#: first (the start of a single fit), then starts that k-means cannot give; measured
+#: in docs/benchmarks.md §8.2 (wine: k-means from any seeding reaches a handful of
+#: optima, random responsibilities reach higher ones)
+RESTART_STARTS = ("kmeans", "random", "random")
+
+
+def default_start(structure, z, restart=0, batch=True):
+    """For per-entry mixture weights (z's prior is a local node: LDA's theta[doc]):
+    "topics" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
+    mixture over data, RESTART_STARTS[restart] (cycled): "kmeans" for a single fit."""
     local = set(structure.links)
-    return "diffuse" if any(p in local for p in z.parents) else "kmeans"
+    if any(p in local for p in z.parents):
+        return "topics" if batch else "diffuse"
+    return RESTART_STARTS[restart % len(RESTART_STARTS)]
+
+
+def topics_responsibilities(model, z, rng):
+    """init="topics": every Dirichlet component parameter of z's observed mixture children
+    at random pseudo-counts Gamma(100, 1/100) (scikit-learn's LDA start), then z's
+    update from them (its other parents at their current q: the prior). Returns z's
+    responsibilities; the components keep the random start until the first global step.
+    Raises ValueError when z has no such component parameter."""
+    from .blr import blr_step
+    params = []
+    for y in model.children[z]:
+        if y.stochastic and y.observed and y.factor.selector() is z:
+            params += [p for p in y.parents[1:] if p.stochastic and not p.observed
+                       and not p.point and p.family.name == "Dirichlet" and p not in params]
+    if not params:
+        raise ValueError(f"init='topics': mixture assignment {z.label()} has no observed "
+                         f"Mixture child with Dirichlet component parameters (topics); use "
+                         f"init='diffuse'")
+    for p in params:
+        lam = rng.gamma(TOPICS_SHAPE, TOPICS_SCALE, size=np.shape(p.nat[0]))
+        p.set_natural(p.family.natural_from_params(lam))
+    blr_step(model, z, 1.0)
+    return np.asarray(z.moments()[0], dtype=float)
 
 
 def assignment_features(model, z):

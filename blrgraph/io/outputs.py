@@ -70,9 +70,16 @@ def fitted_model(fit, zoo):
 
 
 def responsibilities(model, node="z"):
-    """(N, K) posterior probabilities of a mixture's assignments (any plates (N, 1, ...))."""
-    r = np.asarray(model[node].posterior.mean)
-    return r.reshape(r.shape[0], r.shape[-1])
+    """(N, K) posterior probabilities of a mixture's assignments: z with plates (N,) or
+    (N, 1, ..., 1) (one assignment per row); other plates are refused."""
+    z = model[node]
+    r = np.asarray(z.posterior.mean)
+    plates = tuple(z.plates)
+    if len(plates) < 1 or any(p != 1 for p in plates[1:]):
+        raise ValueError(f"{z.label()}: responsibilities need one assignment per row, z with "
+                         f"plates (N,) or (N, 1, ...); it has plates {plates} (read "
+                         f"{node}.posterior.mean, shape plates + (K,), instead)")
+    return r.reshape(plates[0], r.shape[-1])
 
 
 def is_point(model, node):

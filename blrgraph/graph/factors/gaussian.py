@@ -22,6 +22,23 @@ class NormalFactor(Conditional):
     """x ~ N(mean, 1/precision); slots mean (Normal moments (m, m^2)),
     precision (Gamma moments (log tau, tau))."""
 
+    caches = ("_kept",)
+
+    def _keep(self, key, operands, make):
+        """``make()``, kept until one of ``operands`` is another object: the data, and a
+        precision's moments between its updates (the scores' step of one PCA sweep reads
+        the E[tau] y the loadings' step of the previous sweep built). Moments are replaced,
+        never modified, so identity tells; the result is read-only."""
+        kept = self.__dict__.setdefault("_kept", {})
+        hit = kept.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], operands)):
+            return hit[1]
+        out = make()
+        if isinstance(out, np.ndarray):
+            out.flags.writeable = False
+        kept[key] = (tuple(operands), out)
+        return out
+
     def prior_natural(self, u):
         (m1, _), (_, t) = u
         return (t * m1, -0.5 * t)
@@ -38,11 +55,43 @@ class NormalFactor(Conditional):
             if w is None and tuple(target) == tuple(x.plates):
                 # nothing to sum: the precision at its own (broadcastable) shape, so a
                 # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
-                return (wsum(w, t, x1, **kw), -0.5 * np.asarray(t))
+                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: wsum(None, t, x1, **kw))
+                return (c1, -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
+        sums = _mean_sums(self.parents[0], w, x1, target, x.plates)
+        if sums is not None:   # sum w (x - m)^2 = sum w x^2 - 2 sum w x E[m] + sum w E[m^2]
+            s1, s2 = sums
+            return (0.5 * wsum(w, **kw), -0.5 * (self._data_sum(w, x2, kw) - 2.0 * s1 + s2))
         m1, m2 = u[0]
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
+
+    def _data_sum(self, w, x2, kw):
+        """sum w x^2 reduced to kw's target; without weights, kept while x is the same."""
+        if w is not None:
+            return wsum(w, x2, **kw)
+        return self._keep(("x2", tuple(kw["target_plates"])), (x2,), lambda: wsum(None, x2, **kw))
+
+    def weighted_loglik(self, x, u, w):
+        """sum_n w_n E[log N(x_n | m, 1/tau)]; with a mean that sums its moments over the
+        entries itself (``Dot`` of two latent vectors: :func:`_mean_sums`), from those
+        sums, without the per-entry E[m], E[m^2]."""
+        x1, x2 = x.moments
+        lt, t = u[1]
+        coef = t if w is None else np.asarray(w, dtype=float) * t
+        sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
+        if sums is None:
+            return super().weighted_loglik(x, u, w)
+        s1, s2 = sums
+        kw = dict(target_plates=(), full_plates=x.plates)
+        sx2 = t * self._data_sum(None, x2, kw) if w is None and np.ndim(t) == 0 \
+            else wsum(coef, x2, **kw)
+        total = s1 - 0.5 * sx2 - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
+            - 0.5 * LOG2PI * wsum(w, **kw)
+        if _has_log_h(self.node.family):
+            from ..node import _weighted_sum
+            total = total + _weighted_sum(self.log_base_measure(x), w, x.plates)
+        return float(total)
 
     def predictive(self, q, plates, ctx):
         """Gaussian mean (or a linear predictor of a Gaussian q) and a fixed precision:
@@ -64,6 +113,22 @@ class NormalFactor(Conditional):
             return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean.mean, plates),
                                var=np.broadcast_to(mean.var + inv_tau, plates))
         return super().predictive(q, plates, ctx)
+
+
+def _has_log_h(family):
+    """Does the family define a non-constant log h (else log h = 0: nothing to sum)?"""
+    from ...families.base import ExponentialFamily
+    t = type(family)
+    return (t.log_base_measure is not ExponentialFamily.log_base_measure
+            or t.expected_log_base_measure is not ExponentialFamily.expected_log_base_measure)
+
+
+def _mean_sums(mean, w, x1, target, plates):
+    """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
+    when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
+    two latent vectors), else None (then the caller reads the parent's moments)."""
+    f = getattr(mean, "moment_sums", None)
+    return None if f is None else f(w, x1, target, plates)
 
 
 class NormalGammaFactor(Conditional):
@@ -163,6 +228,25 @@ class MultivariateNormalFactor(Conditional):
         (m1, _), (L, _) = u
         eta1 = np.einsum("...ij,...j->...i", L, m1)
         return _lin_quad(x.value, eta1, L) - self.expected_log_partition(u)
+
+    def weighted_loglik(self, x, u, w):
+        """A latent vector without weights: sum_n <E eta, (E x_n, E x_n x_n^T)> - E[A] as
+        two contractions over the entries (the prior's parameters are not broadcast to
+        every entry, and no per-entry product of the (entries, D, D) moments is formed)."""
+        if x.value is not None or w is not None or getattr(x, "cells", None) is not None \
+                or _has_log_h(self.node.family):
+            return super().weighted_loglik(x, u, w)
+        from ..deterministic import _second_terms
+        eta1, eta2 = self.prior_natural(u)
+        kw = dict(target_plates=(), full_plates=x.plates)
+        if tuple(x.plates) == tuple(self.node.plates):   # the node's own q: E[x x^T] may come
+            x1, terms = _second_terms(self.node)          # as Sigma + E[x] E[x]^T (no stack)
+        else:
+            x1, x2 = x.moments
+            terms = [((x2,), ("AB",))]
+        return float(wsum(None, eta1, x1, subs=("A", "A"), **kw)
+                     + sum(wsum(None, eta2, *a, subs=("AB",) + sa, **kw) for a, sa in terms)
+                     - wsum(None, self.expected_log_partition(u), **kw))
 
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
