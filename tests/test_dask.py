@@ -1,10 +1,11 @@
 """Fits on dask arrays (docs/scaling.md) against the same fits in memory.
 
 On a LocalCluster of two worker processes: a GMM (full covariance, VMP and EM), a
-Poisson mixture and SVI give the same ELBO trace and posteriors as in memory from the
-same explicit start (relative 1e-10; only the order of the sums differs), LDA from dask
-word ids and counts too; the k-means start (on a sample of rows) finds the clusters; a worker
-killed in the middle of a fit changes nothing; a task's error names its partition and
+Poisson mixture and LDA (from dask word ids and counts) give the same ELBO trace and
+posteriors as in memory from the same explicit start (relative 1e-10; only the order of
+the sums differs), SVI too with the same seed (minibatches fitted on the workers); the
+k-means start (on a sample of rows) finds the clusters; tied components are split; a
+worker killed in the middle of a fit (VMP or SVI) changes nothing; a task's error names its partition and
 rows; models whose global messages read another global are refused; data read from
 Parquet files do not land on the driver (tracemalloc peak flat while N grows 10x).
 """
@@ -164,17 +165,137 @@ def test_the_random_topics_start_is_refused_for_dask_rows(client):
         dsk.fit("vmp", init="topics", max_iter=2)
 
 
-def test_svi_with_the_same_seed_equals_the_in_memory_fit(client):
-    X, _ = gmm_data(N=400, seed=3)
-    fits = []
-    for data in (X, da.from_array(X, chunks=100)):
-        m = gmm(data)
-        fits.append((m, m.fit("svi", init="random", seed=5, batch_size=40, max_steps=25,
-                              warmup=3)))
-    (m1, f1), (m2, f2) = fits
+def _svi_cases():
+    X, R = gmm_data(N=400, seed=3)
+    P, _ = poisson_data()
+    doc, word, cnt, _ = lda_data()
+    return {
+        "gmm-random": (lambda c: gmm(X if c is None else da.from_array(X, chunks=c)), 90,
+                       dict(init="random", seed=5, batch_size=40, max_steps=25, warmup=3), "theta"),
+        "gmm-array-start": (lambda c: gmm(X if c is None else da.from_array(X, chunks=c)), 100,
+                            dict(init=R, seed=1, batch_size=50, max_steps=20), "theta"),
+        "poisson": (lambda c: poisson_mixture(P if c is None else da.from_array(P, chunks=c)), 120,
+                    dict(seed=2, batch_size=64, max_steps=30, init="random"), "rate"),
+        "lda": (lambda c: lda(60, doc, word, cnt) if c is None else
+                lda(60, *(da.from_array(a, chunks=c) for a in (doc, word, cnt))), 250,
+                dict(seed=3, batch_size=10, max_steps=15, init="diffuse"), "phi"),
+    }
+
+
+@pytest.mark.parametrize("case", ["gmm-random", "gmm-array-start", "poisson", "lda"])
+def test_svi_with_the_same_seed_equals_the_in_memory_fit(client, case, monkeypatch):
+    """The minibatches are the in-memory ones (the same rows for the same seed), fitted
+    on the workers: no row is read to the driver, each step runs one task per partition
+    the minibatch touches; the ELBO trace, the global posteriors and the local
+    posteriors refitted to the final globals (in memory: the final local pass) agree."""
+    from blrgraph.graph.dask_source import DaskSource
+    build, chunks, opts, glob = _svi_cases()[case]
+    m1 = build(None)
+    f1 = m1.fit("svi", **opts)
+    m2 = build(chunks)
+
+    def refuse(self, rows):
+        raise AssertionError("rows read to the driver")
+    monkeypatch.setattr(DaskSource, "read", refuse)
+    f2 = m2.fit("svi", **opts)
+    assert len(f1.elbo_trace) == opts["max_steps"]
     close(f1.elbo_trace, f2.elbo_trace)
-    for a, b in zip(m1["theta"].nat, m2["theta"].nat):
+    for a, b in zip(m1[glob].nat, m2[glob].nat):
         close(a, b)
+    st = m2.dask_view.stats
+    assert 1 <= st["partitions"] <= len(m2.dask_view.parts) and st["task_seconds"] > 0
+    local = "theta" if case == "lda" else "z"
+    close(m1[local].moments()[0], io_dask.local_moments(m2, local)[0].compute())
+
+
+def test_svi_default_k_means_start_reads_the_first_minibatch_only(client, monkeypatch):
+    """The default start (k-means on the first minibatch, as in memory) reads that
+    minibatch's rows to the driver once; the fit equals the in-memory one."""
+    from blrgraph.graph.dask_source import DaskSource
+    X, _ = gmm_data(N=400, seed=3)
+    opts = dict(seed=1, batch_size=50, max_steps=12)
+    m1 = gmm(X)
+    f1 = m1.fit("svi", **opts)
+    reads, read = [], DaskSource.read
+    monkeypatch.setattr(DaskSource, "read", lambda self, rows: reads.append(len(rows)) or
+                        read(self, rows))
+    m2 = gmm(da.from_array(X, chunks=100))
+    f2 = m2.fit("svi", **opts)
+    assert reads == [50]
+    close(f1.elbo_trace, f2.elbo_trace)
+    close(m1["theta"].nat[2], m2["theta"].nat[2])
+
+
+def test_svi_with_a_worker_killed_mid_fit_gives_the_same_answer(client):
+    X, _ = gmm_data(N=800, seed=4)
+    opts = dict(init="random", seed=6, batch_size=100, max_steps=16, warmup=2)
+    ref = gmm(X).fit("svi", **opts)
+    pid = list(client.run(os.getpid).values())[1]
+    killed = []
+
+    def kill(it, elbo):
+        if it == 6:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(it)
+        return False
+
+    f = gmm(da.from_array(X, chunks=100)).fit("svi", callback=kill, **opts)
+    assert killed == [6]
+    close(ref.elbo_trace, f.elbo_trace)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_svi_on_dask_resumes_from_a_checkpoint_as_in_memory(client, tmp_path):
+    """A checkpoint of an SVI run on Dask (the global state, the epoch's permutation and
+    the rng) resumed with ``resume=True`` continues the run exactly: the trace equals
+    one straight run and the same resumed run in memory."""
+    X, _ = gmm_data(N=400, seed=3)
+    opts = dict(init="random", seed=0, batch_size=40)
+    straight = gmm(da.from_array(X, chunks=100)).fit("svi", max_steps=30, **opts)
+    m = gmm(da.from_array(X, chunks=100))
+    m.fit("svi", max_steps=12, **opts)
+    path = m.save(tmp_path / "svi.npz")
+    again = gmm(da.from_array(X, chunks=100))
+    again.load(path)
+    f = again.fit("svi", resume=True, batch_size=40, max_steps=30)
+    mem = gmm(X)
+    mem.fit("svi", max_steps=12, **opts)
+    f_mem = mem.fit("svi", resume=True, batch_size=40, max_steps=30)
+    assert len(f.elbo_trace) == 30
+    np.testing.assert_array_equal(straight.elbo_trace, f.elbo_trace)
+    close(f_mem.elbo_trace, f.elbo_trace)
+    close(mem["theta"].nat[2], again["theta"].nat[2])
+
+
+def test_tied_components_on_dask_are_split_reproducibly(client):
+    """A start with two identical columns ties two components (a symmetric saddle). On
+    dask the saddle is found at the same iteration as in memory (the counts per
+    component come with the partitions' results), split on the workers (random shares
+    drawn from a seed of the fit's rng and the partition number), and the fit goes on
+    to the same optimum; the same seed gives the same run."""
+    import warnings
+    from blrgraph.inference.loop import ConvergenceWarning
+    X, R = gmm_data(N=600, seed=0)
+    R[:, 1] = R[:, 0]
+    R /= R.sum(1, keepdims=True)
+    runs = []
+    for data in (X, da.from_array(X, chunks=150), da.from_array(X, chunks=150)):
+        m = gmm(data)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always", ConvergenceWarning)
+            f = m.fit("vmp", init=R, max_iter=300, seed=4)
+        said = [str(x.message) for x in w if issubclass(x.category, ConvergenceWarning)]
+        runs.append((m, f, said))
+    (m1, f1, w1), (m2, f2, w2), (m3, f3, w3) = runs
+    assert len(w1) == 1 and "saddle point" in w1[0] and w1 == w2 == w3
+    k = int(w1[0].split("at iteration ")[1].split(";")[0])
+    close(f1.elbo_trace[:k], f2.elbo_trace[:k])          # the same run up to the split
+    assert f1.converged and f2.converged
+    close(f1.elbo, f2.elbo, rel=1e-9)                      # the same optimum after it
+    mean = lambda m: np.sort(m["theta"].posterior.mean[0], axis=0)  # noqa: E731
+    close(mean(m1), mean(m2), rel=1e-6)
+    assert np.ptp(mean(m2)[:, 0]) > 5                       # three distinct components
+    np.testing.assert_array_equal(f2.elbo_trace, f3.elbo_trace)
 
 
 def test_a_worker_killed_mid_fit_changes_nothing(client):
@@ -194,6 +315,29 @@ def test_a_worker_killed_mid_fit_changes_nothing(client):
     assert killed == [4]
     close(ref.elbo_trace, f.elbo_trace)
     client.wait_for_workers(2, timeout=60)
+
+
+@pytest.mark.parametrize("limit", [0, 1])
+def test_workers_keeping_fewer_partitions_give_the_same_fit(client, limit):
+    """``blrgraph.partition-cache``: a worker keeps the restricted models of at most that
+    many partitions and rebuilds the others from their chunks in every task; the tasks
+    are pure, so the fit is the same (VMP and SVI), and the rebuilds are reported."""
+    import dask
+    X, R = gmm_data(N=600, seed=5)
+    full = gmm(da.from_array(X, chunks=100)).fit("vmp", init=R, max_iter=6)
+    svi = dict(init="random", seed=2, batch_size=90, max_steps=8)
+    full_svi = gmm(da.from_array(X, chunks=100)).fit("svi", **svi)
+    with dask.config.set({"blrgraph.partition-cache": limit}):
+        m = gmm(da.from_array(X, chunks=100))
+        f = m.fit("vmp", init=R, max_iter=6)
+        st = m.dask_view.stats                       # some partitions rebuilt
+        assert 0 < st["rebuilt_rows"] <= 600 and 0 < st["rebuilt_cpu"] <= st["task_cpu"]
+        f_svi = gmm(da.from_array(X, chunks=100)).fit("svi", **svi)
+    close(full.elbo_trace, f.elbo_trace)
+    close(full_svi.elbo_trace, f_svi.elbo_trace)
+    with dask.config.set({"blrgraph.partition-cache": -1}):
+        with pytest.raises(ValueError, match="partition-cache"):
+            gmm(da.from_array(X, chunks=100)).fit("vmp", init=R, max_iter=2)
 
 
 def test_an_error_in_a_task_names_the_partition_and_its_rows(client):
@@ -264,6 +408,24 @@ def test_parquet_rows_never_land_on_the_driver(client, tmp_path):
     # the driver's peak does not grow with N (4.8 MB of rows at the larger N)
     assert peaks[200_000] < 2 * peaks[20_000] + 200_000, peaks
     assert peaks[200_000] < data_bytes / 4, peaks
+
+
+def test_svi_on_parquet_holds_row_indices_not_rows_on_the_driver(client, tmp_path):
+    """SVI's driver holds the epoch's permutation of the row numbers (8 bytes a row, the
+    in-memory sampler), not the rows (24 bytes a row here): its peak grows by about
+    8 bytes per row while N grows 10x."""
+    peaks = {}
+    for N in (20_000, 200_000):
+        X = io_dask.read_table(_parquet(tmp_path, f"s{N}", N))
+        m = gmm(X, K=2)
+        tracemalloc.start()
+        f = m.fit("svi", init="random", seed=0, batch_size=500, max_steps=4, warmup=1)
+        peaks[N] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert np.all(np.isfinite(f.elbo_trace))
+    grown = peaks[200_000] - peaks[20_000]
+    # the permutation grows by 1.44 MB; the rows would grow by 4.3 MB
+    assert grown < 1.5 * 8 * 180_000, peaks
 
 
 def test_read_table_refuses_text_columns_and_unknown_columns(client, tmp_path):

@@ -23,7 +23,7 @@ demand (:func:`local_moments`).
 """
 from __future__ import annotations
 
-import copy
+import gc
 import math
 import threading
 import time
@@ -33,7 +33,9 @@ import numpy as np
 
 from .blr import MAX_HALVINGS, blr_step, message_from, precision_is_pd
 from .points import check_point
+from .saddles import component_counts, split_tied, tied_components
 from .steps import initial_rhos
+from .batches import Minibatches
 from .views import DataView, RowView
 
 #: results reduced this many at a time (the tree of the reduction)
@@ -51,7 +53,10 @@ def adopt(model, method, plan, opts):
     """``fit()``'s plan for data on Dask: the rows source becomes :class:`DaskRows`
     (batch methods) or shuffled minibatches read from the chunks (SVI)."""
     if method.stochastic:
-        plan.rows.mode = "shuffle"    # rows drawn as in memory (same seed, same batches)
+        # minibatches drawn as in memory (the same rows for the same seed), fitted on the
+        # workers that hold them: only their indices travel (DaskMinibatches)
+        plan.rows = DaskMinibatches(model, plan)
+        plan.starts = {}                     # the first minibatch's start: DaskBatchView
         return plan
     if method.nonconjugate or method.step == "damped":
         raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
@@ -64,9 +69,6 @@ def adopt(model, method, plan, opts):
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
     plan.starts = {}                         # the starts are taken on the workers
-    # the loop's saddle check reads every row's responsibilities: not on the driver
-    plan.structure = copy.copy(plan.structure)
-    plan.structure.assignments = []
     return plan
 
 
@@ -142,6 +144,8 @@ class DaskView(DataView):
         self.result, self.version, self.it = None, 0, 0
         self.rng = None
         self._setup = None
+        self._splits = {}
+        self.where = {}
 
     @staticmethod
     def _partitions(structure, dasked):
@@ -221,12 +225,11 @@ class DaskView(DataView):
         extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state", "dask_view")
                  if k in model.__dict__}
         self._restore_template = (saved, extra)
-        return (model, self.structure, self.block, self.data_children)
+        return (model, self.structure, self.block, self.data_children, _cache_limit())
 
-    def _run(self, start, fit_globals, eval_globals):
+    def _shipped(self):
+        """(chunks, model task, token, model bytes): shipped at the first call of a fit."""
         import cloudpickle
-        import dask
-        from dask import delayed
         if self._setup is None:
             # the template is pickled while the model is cut (see _template)
             try:
@@ -234,28 +237,45 @@ class DaskView(DataView):
             finally:
                 self._undo_template()
             self._setup = self._ship(blob)
-        chunks, ref, token, _ = self._setup
+        return self._setup
+
+    def _run(self, start, fit_globals, eval_globals, split=None):
+        import dask
+        from dask import delayed
+        chunks, ref, token, _ = self._shipped()
         task = delayed(_task, pure=True)
         combine = delayed(_combine, pure=True)
         if eval_globals is fit_globals:
             eval_globals = None                    # (the tasks read "the same")
+        holders = self._holders()
         level = []
         for p, part in enumerate(self.parts):
             data = {name: c[p] for name, c in chunks.items()}
             s = None if start is None else {z: _slice_start(v, *part[2:]) for z, v in start.items()}
-            level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
-                              self.spec, self.it, dask_key_name=f"blrgraph-part-{token}-{self.it}-"
-                              f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+            with _near(holders, p):
+                level.append(task(token, ref, p, part, data, s, fit_globals, eval_globals,
+                                  self.spec, self.it, None, split,
+                                  dask_key_name=f"blrgraph-part-{token}-{self.it}-"
+                                  f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
         while len(level) > 1:
             level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
         (out,) = dask.compute(level[0])
         self.result = dict(out, version=self.version)
+        self.where.update(out["where"])
         # what travelled: the globals to every task, each task's messages back
         self.stats = {"partitions": len(self.parts), "task_seconds": out["seconds"],
+                      "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
+                      "rebuilt_rows": out["rebuilt_rows"],
                       "bytes_to_tasks": _nbytes((fit_globals, eval_globals)) * len(self.parts),
                       "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.parts),
                       "model_bytes": self._setup[3]}
         return self.result
+
+    def _holders(self):
+        """{partition: the worker whose task fitted it last}: the scheduler places the
+        first sweep's tasks (near their chunks, balancing the workers); from then on each
+        partition stays where its restricted model is kept."""
+        return self.where
 
     def _undo_template(self):
         saved, extra = self._restore_template
@@ -381,6 +401,21 @@ class DaskView(DataView):
         _, C = kmeans(X, M, w, K, self.rng, lloyd)
         return ("kmeans", C, scale)
 
+    # ---- saddle points (the loop's kick) ----------------------------------------------
+    def tied_components(self, z):
+        """Tied components of ``z``'s mixtures: the global parameters are on the driver,
+        the counts of entries per component come with the last sweep's results."""
+        return tied_components(self.model, z, counts=self.result["counts"][z.name])
+
+    def split_tied(self, z, groups, rng):
+        """Split tied components on the workers: the partitions refit the local block to
+        the current globals and share the tied responsibilities at random, drawn from a
+        seed taken from the fit's rng and the partition's number (reproducible, also when
+        a lost task is recomputed); the next global step reads their messages."""
+        self._splits[z.name] = ([list(map(int, g)) for g in groups], int(rng.integers(2 ** 63)))
+        g = self._globals()
+        self._run(None, g, g, split=dict(self._splits))
+
     # ---- the three questions of the seam ----------------------------------------------
     def step(self, node, rho, iteration=None):
         """One BLR step of a global node with the messages the partitions sent."""
@@ -389,7 +424,12 @@ class DaskView(DataView):
         if self.result is None:     # the first sweep: messages from the starts
             g = self._globals()
             self._run(self._starts(), g, g)
-        msg = self.result["msgs"].get(node.name)
+        return self._step(node, rho, iteration, self.result["msgs"].get(node.name))
+
+    def _step(self, node, rho, iteration, msg):
+        """lam <- (1 - rho) lam + rho (lam0 + msg + the messages of children off the data
+        axis), rho halved while a precision is not positive definite."""
+        self._splits = {}
         for c in self.model.children[node]:
             if c not in self.links:
                 m = message_from(self.model, c, node)
@@ -439,6 +479,159 @@ class DaskView(DataView):
         return total
 
 
+class DaskMinibatches(Minibatches):
+    """SVI minibatches of rows held on Dask. The rows of each minibatch are drawn on the
+    driver exactly as in memory (a permutation of the N rows per epoch from the fit's
+    rng: the same rows for the same seed); only their indices travel: one task per
+    partition the minibatch touches fits the local block on its rows, on the worker
+    that holds them (:class:`DaskBatchView`)."""
+
+    def __init__(self, model, plan):
+        super().__init__(model, plan.structure, plan.rows.batch_size)
+        self.mode = "shuffle"
+        self.view = DaskBatchView(model, plan)
+        model.dask_view = self.view
+
+    def next_view(self, rng):
+        self.view.batch(self._rows(rng), rng)
+        return self.view
+
+    def finish(self, model):
+        self.view.finish(model)
+
+
+class _Assignments:
+    """Stands for a mixture assignment restricted to a minibatch's entries while its
+    start is drawn on the driver (:func:`~.starts.start_assignment` reads the plates and
+    K, and sets the natural parameters)."""
+
+    def __init__(self, z, n):
+        K = z.nat[0].shape[-1]
+        self.plates = (int(n),) + tuple(z.plates[1:])
+        self.nat = (np.zeros(self.plates + (K,)),)
+        self.replicates = None
+
+    def set_natural(self, nat):
+        self.nat = tuple(nat)
+
+
+class DaskBatchView(DaskView):
+    """An SVI minibatch of rows held on Dask (see :class:`DaskMinibatches`). The driver
+    sums the tasks' messages, scales them by N / |B| and takes the Robbins-Monro steps
+    of the global nodes; the minibatch's ELBO after the step is its ELBO at the globals
+    the local block was fitted to plus sum_g <message to g, E'[T_g] - E[T_g]> (each row's
+    terms are linear in every global node's moments: the message is the coefficient),
+    so one round of tasks per step suffices."""
+
+    def __init__(self, model, plan):
+        super().__init__(model, plan)
+        self.batch_starts = dict(plan.starts)
+        self.groups, self.idx, self.scale = [], {}, 1.0
+        self.fits = 0
+
+    def batch(self, rows, rng):
+        """The next minibatch: ``rows`` of the data axis, grouped by partition."""
+        rows = np.asarray(rows)
+        self.rows, self.rng, self.result = rows, rng, None
+        self.scale = self.structure.N / len(rows)
+        self.idx, _ = self.structure.indices(rows)
+        first = np.array([part[0] for part in self.parts])
+        owner = np.searchsorted(first, rows, "right") - 1
+        self.groups = [(int(p), rows[owner == p] - first[p]) for p in np.unique(owner)]
+
+    def _batch_start(self):
+        """The starts of the minibatch's assignments drawn on the driver as in memory
+        (the same rng draws): a random start needs the entries' count only; a k-means
+        start reads the minibatch's rows (|B| rows, once per fit)."""
+        from .starts import start_assignment
+        out = {}
+        for z, init in self.batch_starts.items():
+            if isinstance(init, np.ndarray):
+                init = init[self.idx[z]]
+            elif str(init) in ("kmeans", "kmeans++"):
+                with RowView(self.model, self.structure, self.rows):
+                    start_assignment(self.model, z, self.rng, init)
+                    out[z.name] = np.array(z.nat[0])
+                continue
+            stub = _Assignments(z, len(self.idx[z]))
+            start_assignment(self.model, stub, self.rng, init)
+            out[z.name] = np.asarray(stub.nat[0])
+        return out
+
+    def _run_batch(self, start=None):
+        import dask
+        from dask import delayed
+        chunks, ref, token, _ = self._shipped()
+        g = self._globals()
+        task, combine = delayed(_batch_task, pure=True), delayed(_combine, pure=True)
+        level = []
+        holders = self._holders()
+        for p, rows in self.groups:
+            part = self.parts[p]
+            data = {name: c[p] for name, c in chunks.items()}
+            s = None if start is None else {z: nat[self._in_part(self.model[z], part)]
+                                            for z, nat in start.items()}
+            with _near(holders, p):
+                level.append(task(token, ref, p, part, data, rows, s, g, self.spec, self.it,
+                                  self.fits > 0, dask_key_name=f"blrgraph-batch-{token}-"
+                                  f"{self.it}-{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
+        while len(level) > 1:
+            level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
+        (out,) = dask.compute(level[0])
+        self.result = dict(out, version=self.version)
+        self.where.update(out["where"])
+        self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
+        self.stats = {"partitions": len(self.groups), "task_seconds": out["seconds"],
+                      "task_cpu": out["cpu"], "rebuilt_cpu": out["rebuilt_cpu"],
+                      "rebuilt_rows": out["rebuilt_rows"],
+                      "bytes_to_tasks": _nbytes(g) * len(self.groups) + 8 * len(self.rows),
+                      "bytes_from_tasks": (_nbytes(out["msgs"]) + 16) * len(self.groups),
+                      "model_bytes": self._setup[3]}
+        return self.result
+
+    def _in_part(self, node, part):
+        """The minibatch's entries of ``node`` that lie in partition ``part``."""
+        pos = self.idx[node]
+        lo, hi = part[:2] if self._on_rows(node) else part[2:]
+        return (pos >= lo) & (pos < hi)
+
+    def step(self, node, rho, iteration=None):
+        if iteration is not None:
+            self.it = iteration
+        if self.result is None:      # the first minibatch: messages from its start
+            self._run_batch(self._batch_start())
+        msg = self.result["msgs"].get(node.name)
+        if msg is not None:
+            msg = tuple(self.scale * a for a in msg)
+        return self._step(node, rho, iteration, msg)
+
+    def fit_local(self, block, update):
+        self._run_batch()
+        self.fits += 1
+        return self.result["sweeps"]
+
+    def elbo(self):
+        """The minibatch's terms (scaled by N / |B|) at the current globals, plus the
+        global nodes' terms."""
+        L = self.result["elbo"]
+        for n in self.structure.globals:
+            msg = self.result["msgs"].get(n.name)
+            if msg is not None:
+                L += sum(float(np.sum(a * (new - old)))
+                         for a, new, old in zip(msg, n.moments(), self.at[n.name]))
+        total = self.scale * L
+        for n in self.model.stochastic:
+            if n not in self.links:
+                term = n.elbo_term()
+                if not math.isfinite(term):
+                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+                total += term
+        if not math.isfinite(total):
+            raise FloatingPointError(f"the minibatch ELBO is {total}; check the data scale and "
+                                     f"the priors, or lower kappa's first steps (tau=)")
+        return total
+
+
 class _Shape:
     """Stands for a dask source in the pickled model (its shape only)."""
 
@@ -455,6 +648,18 @@ def _client():
         return get_client()
     except (ImportError, ValueError):
         return None
+
+
+def _near(holders, p):
+    """Place partition ``p``'s task on the worker that keeps its restricted model (a
+    loose restriction: any worker when that one is gone). Without it the scheduler may
+    move the chunk to an idle worker, which then rebuilds the partition's model."""
+    import contextlib
+    import dask
+    addr = holders.get(p)
+    if addr is None:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[addr], allow_other_workers=True)
 
 
 def _nbytes(obj):
@@ -480,6 +685,19 @@ _CACHE = {}
 _LOCK = threading.Lock()
 
 
+def _cache_limit():
+    """Restricted models a worker thread keeps (dask config ``blrgraph.partition-cache``,
+    read on the driver and shipped with the model; None: every partition it fits). A
+    partition kept costs about 0.85 kB per row for a GMM with D = 10; one not kept is
+    rebuilt from its chunk by every task (the data's statistics again)."""
+    import dask
+    limit = dask.config.get("blrgraph.partition-cache", None)
+    if limit is not None and (isinstance(limit, bool) or int(limit) < 0):
+        raise ValueError(f"dask config blrgraph.partition-cache={limit!r}: give the number of "
+                         f"partitions a worker thread keeps (0: none), or None for all")
+    return None if limit is None else int(limit)
+
+
 def _partition_model(token, blob, p, part, data):
     """The model restricted to partition ``p``'s rows, built once per worker thread and
     kept (with its data and the statistics derived from them) for the next sweeps.
@@ -490,8 +708,8 @@ def _partition_model(token, blob, p, part, data):
     with _LOCK:
         got = _CACHE.get(key)
     if got is not None:
-        return got
-    model, structure, block, children = cloudpickle.loads(blob)
+        return got, False
+    model, structure, block, children, limit = cloudpickle.loads(blob)
     nodes = {n.name: n for n in model.nodes}
     lo, hi, dlo, _ = part
     for name, (X, W) in data.items():
@@ -503,10 +721,16 @@ def _partition_model(token, blob, p, part, data):
         _replicate(nodes[name])
     got = (model, structure, block, children, nodes, view)
     with _LOCK:
-        for k in [k for k in _CACHE if k[0] != token]:
+        old = [k for k in _CACHE if k[0] != token]     # an earlier fit's
+        for k in old:
             del _CACHE[k]
-        _CACHE[key] = got
-    return got
+        # the first ``limit`` partitions are kept, the others rebuilt each time (with
+        # the partitions visited in turn every sweep, evicting would rebuild them all)
+        if limit is None or sum(k[2] == key[2] for k in _CACHE) < limit:
+            _CACHE[key] = got
+    if old:
+        gc.collect()           # a model is a graph of cycles: free its arrays now
+    return got, True
 
 
 def _set_globals(nodes, values):
@@ -539,15 +763,18 @@ def _pick(out, j):
     return out[j]
 
 
-def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None):
+def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None,
+          split=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
     start), then its messages to the globals and its ELBO terms at ``eval_globals``
-    (None: the same); with ``moments`` the local node's moments instead."""
+    (None: the same); with ``moments`` the local node's moments instead. ``split``:
+    {assignment name: (groups, seed)} tied components whose responsibilities are then
+    shared at random (:func:`~.saddles.split_tied`, drawn from (seed, partition))."""
     lo, hi, dlo, dhi = part
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
-        model, structure, block, children, nodes, view = _partition_model(token, blob, p, part,
-                                                                           data)
+        (model, structure, block, children, nodes, view), fresh = _partition_model(
+            token, blob, p, part, data)
         sweeps = 0
         if fit_globals is not None:
             _set_globals(nodes, fit_globals)
@@ -565,32 +792,93 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
                 if n.point:
                     check_point(n, it)
             sweeps = block.fit(view, update)
+        for name, (groups, seed) in (split or {}).items():
+            split_tied(nodes[name], groups, np.random.default_rng([seed, p]))
         if moments is not None:      # the local posterior (local_moments)
             n = nodes[moments]
             return tuple(np.array(np.broadcast_to(m, n.plates + np.shape(m)[np.ndim(m) - e:]))
                          for m, e in zip(n.moments(), n.family.event_ndims))
         if eval_globals is not None:
             _set_globals(nodes, eval_globals)
-        msgs = {}
-        for g, kids in children.items():
-            total = None
-            for c in kids:
-                m = message_from(model, nodes[c], nodes[g])
-                if m is not None:
-                    total = m if total is None else tuple(a + b for a, b in zip(total, m))
-            if total is not None:
-                msgs[g] = tuple(np.array(a, dtype=float) for a in total)
-        L = 0.0
-        for n in model.stochastic:
-            if n in structure.links:
-                term = n.elbo_term()
-                if not math.isfinite(term):
-                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-                L += term
-        return {"elbo": L, "msgs": msgs, "sweeps": sweeps,
-                "seconds": time.perf_counter() - t0}
+        return dict(_report(model, structure, children, nodes), sweeps=sweeps,
+                    **_timings(p, t0, c0, fresh, hi - lo))
     except Exception as e:
         raise _named(e, p, dlo, dhi) from e
+
+
+def _report(model, structure, children, nodes):
+    """The rows' messages to the global nodes ({name: tuple of arrays}, unscaled) and
+    their ELBO terms, at the current local and global q."""
+    msgs = {}
+    for g, kids in children.items():
+        total = None
+        for c in kids:
+            m = message_from(model, nodes[c], nodes[g])
+            if m is not None:
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        if total is not None:
+            msgs[g] = tuple(np.array(a, dtype=float) for a in total)
+    L = 0.0
+    for n in model.stochastic:
+        if n in structure.links:
+            term = n.elbo_term()
+            if not math.isfinite(term):
+                raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+            L += term
+    counts = {z.name: component_counts(z) for z in structure.assignments}
+    return {"elbo": L, "msgs": msgs, "counts": counts}
+
+
+def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, warm):
+    """One partition's share of an SVI minibatch: ``rows`` (numbered from the partition's
+    first row) with the local block fitted to ``globals_`` (or the assignments set to
+    ``start``: {name: natural parameters of these rows}); returns their unscaled
+    messages to the global nodes and ELBO terms. ``warm``: a local point mass is one
+    already (it was updated in an earlier minibatch)."""
+    lo, hi, dlo, dhi = part
+    t0, c0 = time.perf_counter(), time.thread_time()
+    try:
+        (model, structure, block, children, nodes, _), fresh = _partition_model(
+            token, blob, p, part, data)
+        _set_globals(nodes, globals_)
+        sweeps = 0
+        with RowView(model, structure, rows) as view:
+            if start is not None:
+                for name, nat in start.items():
+                    nodes[name].set_natural((nat,))
+            elif block.nodes:
+                for name, (rho, point) in spec.items():
+                    nodes[name].point = point and warm
+
+                def update(n):
+                    blr_step(model, n, spec[n.name][0], iteration=it)
+                    if spec[n.name][1] and not n.point:
+                        n.point = True
+                    if n.point:
+                        check_point(n, it)
+                sweeps = block.fit(view, update)
+            out = _report(model, structure, children, nodes)
+        return dict(out, sweeps=sweeps, **_timings(p, t0, c0, fresh, len(rows)))
+    except Exception as e:
+        raise _named(e, p, lo + int(np.min(rows)), lo + int(np.max(rows)) + 1) from e
+
+
+def _timings(p, t0, c0, fresh, rows):
+    """The task's wall and thread CPU seconds; the CPU and rows again under rebuilt_* when
+    it built its partition's restricted model (the first sweep, or a partition the
+    worker does not keep: ``blrgraph.partition-cache``)."""
+    cpu = time.thread_time() - c0
+    return {"seconds": time.perf_counter() - t0, "cpu": cpu,
+            "rebuilt_cpu": cpu if fresh else 0.0, "rebuilt_rows": rows if fresh else 0,
+            "where": {p: _worker_address()}}
+
+
+def _worker_address():
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
 
 
 def _chunk(X, W, lo, shape):
@@ -659,9 +947,15 @@ def _named(e, p, lo, hi):
 
 def _combine(*parts):
     """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "sweeps": 0, "seconds": 0.0}
+    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0,
+           "rebuilt_cpu": 0.0, "rebuilt_rows": 0, "where": {}}
     for r in parts:
+        out["where"].update(r["where"])
         out["elbo"] += r["elbo"]
+        for k in ("cpu", "rebuilt_cpu", "rebuilt_rows"):
+            out[k] += r[k]
+        for z, c in r["counts"].items():
+            out["counts"][z] = c + out["counts"].get(z, 0.0)
         out["seconds"] += r["seconds"]
         out["sweeps"] = max(out["sweeps"], r["sweeps"])
         for g, m in r["msgs"].items():

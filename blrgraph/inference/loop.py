@@ -144,14 +144,16 @@ class Run:
         return len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1]) \
             and self.backtrack.settled()
 
-    def kick(self):
+    def kick(self, view=None):
         """At a symmetric saddle point (tied components carrying data): split them and
-        go on. Returns True when the run should continue."""
+        go on (through the view when it holds the rows elsewhere: Dask). Returns True
+        when the run should continue."""
         found = False
+        tied = getattr(view, "tied_components", None) or (lambda z: tied_components(self.model, z))
         for z in self.plan.structure.assignments:
-            groups = tied_components(self.model, z)
+            groups = tied(z)
             if groups and self.kicks < MAX_KICKS:
-                split_tied(z, groups, self.rng)
+                getattr(view, "split_tied", split_tied)(z, groups, self.rng)
                 found = True
             elif groups:
                 self.saddle = True
@@ -192,7 +194,7 @@ class Run:
                     return False
                 if self.method.one_pass:
                     return True
-                if not rows.stochastic and self.small_change() and not self.kick():
+                if not rows.stochastic and self.small_change() and not self.kick(view):
                     return not self.saddle
             return False
         finally:

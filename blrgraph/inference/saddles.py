@@ -18,7 +18,7 @@ def _component_params(model, z):
     axis holding the K components: the last plate axis the component factor does not
     line up with its own event axes (a Gamma precision per coordinate of a vector
     component has plates (K, D): K is at -2). Nodes shared by all components are left out."""
-    K = np.shape(z.moments()[0])[-1]
+    K = np.shape(z.nat[0])[-1]       # (not z's moments: on Dask z's rows are elsewhere)
     out, seen = [], set()
     for c in model.children[z]:
         if not (c.stochastic and c.factor.selector() is z):
@@ -43,16 +43,23 @@ def _flat_by_component(node, ax):
     return np.concatenate(rows, axis=1)
 
 
-def tied_components(model, z):
-    """Groups (lists of component indices, each of length >= 2) of components of the
-    mixtures selected by ``z`` that carry data and have equal parameters."""
-    params = _component_params(model, z)
-    if not params:
-        return []
+def component_counts(z):
+    """The (weighted) number of entries each component of ``z`` carries."""
     r = np.asarray(z.moments()[0])
     if z.replicates is not None:
         r = r * np.broadcast_to(z.replicates, z.plates)[..., None]
-    counts = r.reshape(-1, r.shape[-1]).sum(0)
+    return r.reshape(-1, r.shape[-1]).sum(0)
+
+
+def tied_components(model, z, counts=None):
+    """Groups (lists of component indices, each of length >= 2) of components of the
+    mixtures selected by ``z`` that carry data and have equal parameters (``counts``:
+    :func:`component_counts`, when z's rows are elsewhere)."""
+    params = _component_params(model, z)
+    if not params:
+        return []
+    if counts is None:
+        counts = component_counts(z)
     F = np.concatenate([_flat_by_component(p, ax) for p, ax in params], axis=1)
     K = F.shape[0]
     scale = np.max(np.abs(F), axis=0) + 1e-300
