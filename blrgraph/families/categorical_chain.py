@@ -136,48 +136,8 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
             if short:
                 live = valid.T                                       # (T, S)
                 rc = np.where(live, rc, 0.0)
-        G = B
-        gamma = np.empty((S, T, K))
-        # counts[s] = sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T: per chunk, both as
-        # (S, K, n) copies and one (K, n) @ (n, K) product per sequence
-        counts = np.zeros((S, K, K))
-        aT = np.empty((S, K, BCHUNK))
-        gT = np.empty((S, K, BCHUNK))
-        beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
-        nxt = np.ones((K, S))                                        # beta[t1 - 1]
-        one = np.ones(K)
-        dot, mul, div = np.dot, np.multiply, np.divide
-        for t1 in range(T, 0, -BCHUNK):
-            t0 = max(t1 - BCHUNK, 0)
-            if not inloop:
-                mul(G[t0:t1], rc[t0:t1, None, :], out=G[t0:t1])
-            b = beta[t1 - 1 - t0]
-            b[...] = nxt
-            for t in range(t1 - 1, t0 - 1, -1):
-                g = G[t]
-                mul(g, b, g)
-                if inloop and t % RENORM == 0:
-                    div(g, c_div[t], g)
-                if t == 0:
-                    break
-                b = beta[t - 1 - t0] if t > t0 else nxt
-                if shared:
-                    dot(At, g, out=b)         # b[i, s] = sum_j At[i, j] g[j, s]
-                else:
-                    np.einsum("ijs,js->is", Ak, g, out=b)
-                if short:
-                    np.copyto(b, 1.0, where=~live[t])
-            n = t1 - t0
-            lo = max(t0, 1)                    # the pairs (t - 1, t) with t in [lo, t1)
-            if t1 > lo:
-                a, g = aT[:, :, :t1 - lo], gT[:, :, :t1 - lo]
-                np.copyto(a, alpha[lo - 1:t1 - 1].transpose(2, 1, 0))
-                np.copyto(g, G[lo:t1].transpose(2, 1, 0))
-                counts += np.matmul(a, g.transpose(0, 2, 1))
-            # the marginals (after a sequence's end: the forward prediction), as (S, T, K)
-            ab = mul(alpha[t0:t1], beta[:n], out=beta[:n])
-            div(ab, np.matmul(one, ab)[:, None, :], out=ab)
-            np.copyto(gamma[:, t0:t1], ab.transpose(2, 0, 1))
+        gamma, counts = _backward(B, alpha, At, None if shared else Ak, c_div,
+                                  None if inloop else rc, live if short else None)
         rk0 = np.where(L > 0, 1.0 / k0, 0.0)
         counts *= At
         counts *= rk0[:, None, None]
@@ -192,6 +152,61 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
         sub = _forward_backward_log(U[idx], P if shared else P[idx], L[idx])
         gamma[idx], counts[idx], log_z[idx] = sub.marginals, sub.counts, sub.log_z
     return ChainStats(gamma, counts, log_z, L, valid)
+
+
+def _backward(B, alpha, At, Ak, c_div, rc, live):
+    """The scaled backward pass, BCHUNK steps at a time, with the marginals (S, T, K) and
+    the expected transition counts (S, K, K) before their last scaling (see
+    :func:`forward_backward`). ``B`` (T, K, S) is overwritten with G; ``Ak``: the
+    per-sequence transitions (K, K, S), or None for a shared ``At``; ``rc``: 1 / c_div
+    (zero after a sequence's end), or None to divide inside the loop every RENORM steps
+    (shared transitions, no short sequence); ``live`` (T, S): the steps within each
+    sequence, or None when no sequence is short."""
+    T, K, S = B.shape
+    shared, inloop, short = Ak is None, rc is None, live is not None
+    G = B
+    gamma = np.empty((S, T, K))
+    # counts[s] = sum_{t >= 1} alpha[t - 1, :, s] G[t, :, s]^T: per chunk, both as
+    # (S, K, n) copies and one (K, n) @ (n, K) product per sequence
+    counts = np.zeros((S, K, K))
+    aT = np.empty((S, K, BCHUNK))
+    gT = np.empty((S, K, BCHUNK))
+    beta = np.empty((BCHUNK, K, S))                              # beta of one chunk
+    nxt = np.ones((K, S))                                        # beta[t1 - 1]
+    one = np.ones(K)
+    dot, mul, div = np.dot, np.multiply, np.divide
+    for t1 in range(T, 0, -BCHUNK):
+        t0 = max(t1 - BCHUNK, 0)
+        if not inloop:
+            mul(G[t0:t1], rc[t0:t1, None, :], out=G[t0:t1])
+        b = beta[t1 - 1 - t0]
+        b[...] = nxt
+        for t in range(t1 - 1, t0 - 1, -1):
+            g = G[t]
+            mul(g, b, g)
+            if inloop and t % RENORM == 0:
+                div(g, c_div[t], g)
+            if t == 0:
+                break
+            b = beta[t - 1 - t0] if t > t0 else nxt
+            if shared:
+                dot(At, g, out=b)         # b[i, s] = sum_j At[i, j] g[j, s]
+            else:
+                np.einsum("ijs,js->is", Ak, g, out=b)
+            if short:
+                np.copyto(b, 1.0, where=~live[t])
+        n = t1 - t0
+        lo = max(t0, 1)                    # the pairs (t - 1, t) with t in [lo, t1)
+        if t1 > lo:
+            a, g = aT[:, :, :t1 - lo], gT[:, :, :t1 - lo]
+            np.copyto(a, alpha[lo - 1:t1 - 1].transpose(2, 1, 0))
+            np.copyto(g, G[lo:t1].transpose(2, 1, 0))
+            counts += np.matmul(a, g.transpose(0, 2, 1))
+        # the marginals (after a sequence's end: the forward prediction), as (S, T, K)
+        ab = mul(alpha[t0:t1], beta[:n], out=beta[:n])
+        div(ab, np.matmul(one, ab)[:, None, :], out=ab)
+        np.copyto(gamma[:, t0:t1], ab.transpose(2, 0, 1))
+    return gamma, counts
 
 
 def _forward(U, B, c, At, shared, alpha):
