@@ -139,6 +139,11 @@ def test_the_local_budget_follows_the_topics_movement():
     assert fit.converged
     fixed = small_lda()[0].fit("vmp", seed=0, local_iters=100, max_iter=1)
     assert fixed.local_sweeps[0] > local.EARLY_ITERS
+    # a run stopped by max_iter reports local q fitted to convergence: its last local
+    # fit has the full budget (the same as the fixed budget's)
+    short = small_lda()[0].fit("vmp", seed=0, max_iter=1)
+    assert short.local_sweeps == fixed.local_sweeps
+    np.testing.assert_allclose(short.elbo, fixed.elbo, rtol=1e-12)
 
 
 def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():

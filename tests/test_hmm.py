@@ -303,6 +303,11 @@ def test_work_arrays_are_kept_during_a_fit_and_dropped_after():
     assert z._work == {}
     z.set_natural(z.nat)                         # the same q, from fresh arrays
     np.testing.assert_array_equal(z.moments()[0], reused)
+    import pickle
+    assert z._work                               # refilled outside a fit ...
+    copy = pickle.loads(pickle.dumps(z))
+    assert copy._work == {}                      # ... but never pickled (nor shipped to Dask)
+    np.testing.assert_array_equal(copy.moments()[0], reused)
 
 
 def test_long_chains_with_sharp_emissions_and_rare_transitions(monkeypatch):

@@ -136,6 +136,10 @@ class MultivariateNormal(ExponentialFamily):
         self._unpack_memo = (nat[0], nat[1], out)
         return out
 
+    def release(self):
+        """Forget the last q's factorisation (a fit has ended)."""
+        self.__dict__.pop("_unpack_memo", None)
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_unpack_memo", None)   # a work cache, not part of the family

@@ -260,6 +260,11 @@ class CategoricalMarkovChain(Stochastic):
         super().release()
         self._work.clear()
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_work"] = {}   # scratch (up to WORK_BYTES each): never pickled or shipped
+        return state
+
     def _lengths(self):
         """(S',) lengths: one past each sequence's last step observed by some child (a
         child with no mask, or a latent child, observes every step)."""

@@ -564,6 +564,9 @@ class Stochastic(Node):
         """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
         Categorical (rebuilt on demand)."""
         self.factor.release()
+        drop = getattr(self.family, "release", None)
+        if drop is not None:
+            drop()   # a family's memo of the last q (MultivariateNormal's factorisation)
         memo = self.__dict__.get("_gather_memo")
         if memo:
             memo.clear()

@@ -55,6 +55,7 @@ class LocalBlock:
         if not inner:
             self.iters = 1
         self.adaptive = bool(adaptive) and inner and iters is None
+        self.final = False     # the run's last local fit: the full budget (finish())
         self._seen = None      # the globals' natural parameters at the last local fit
         self.tol = TOL if tol is None else float(tol)
         self.restart = inner if restart is None else bool(restart)
@@ -91,10 +92,15 @@ class LocalBlock:
             update(n)
         return sweeps
 
+    def finish(self):
+        """The next fit is the run's last (``max_iter``): it gets the full budget, since its
+        q is what the fit reports."""
+        self.final = True
+
     def budget(self):
         """Local sweeps allowed now: ``iters``, or with ``adaptive`` the share that the
         globals' movement since the last fit warrants."""
-        if not self.adaptive:
+        if not self.adaptive or self.final:
             return self.iters
         now = [tuple(np.array(a, dtype=float) for a in g.nat) for g in self.structure.globals]
         seen, self._seen = self._seen, now

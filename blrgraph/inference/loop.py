@@ -114,6 +114,8 @@ class Run:
             return self.global_step(view, evaluate=True)
         L = self.global_step(view, evaluate=self.backtrack.active or not block.nodes)
         if block.nodes:
+            if self.it == self.plan.max_iter:
+                block.finish()
             self.local_sweeps.append(view.fit_local(block, self.update_local))
             L = view.elbo()
         return L
