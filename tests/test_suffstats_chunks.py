@@ -128,3 +128,16 @@ def test_stream_off_keeps_the_cap(monkeypatch):
     assert FlatStats.fits(MultivariateNormal(), x, (1000,))      # streamed
     monkeypatch.setattr(suffstats, "STREAM", False)
     assert not FlatStats.fits(MultivariateNormal(), x, (1000,))
+
+
+def test_mvn_rows_built_from_x_equal_its_statistics():
+    """MultivariateNormal declares T(x) = (x, x x^T) (value_outer_stats): Phi's rows are
+    built from x directly; they must hold exactly x and the upper triangle of x x^T."""
+    x = np.random.default_rng(2).normal(size=(30, 4))
+    fs = FlatStats(MultivariateNormal(), x, (30,))
+    iu = np.triu_indices(4)
+    T0, T1 = MultivariateNormal().suff_stats(x)
+    expected = np.concatenate([np.ones((30, 1)), T0, T1[:, iu[0], iu[1]]], axis=1)
+    np.testing.assert_array_equal(fs.Phi, expected)
+    back = fs.layout.unflatten(fs.Phi)
+    np.testing.assert_array_equal(back[1], T1)
