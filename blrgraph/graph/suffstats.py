@@ -166,11 +166,8 @@ class FlatStats:
         buf = np.empty((self.layout.P, min(rows, self.E - a))) if a < self.E else None
         while a < self.E:
             b = min(self.E, a + rows)
-            if b <= self.cached:
-                yield a, b, self._head[a:b]
-            else:
-                self._build(a, b, buf[:, :b - a])
-                yield a, b, buf[:, :b - a].T
+            self._build(a, b, buf[:, :b - a])
+            yield a, b, buf[:, :b - a].T
             a = b
 
     def dot(self, M):
