@@ -26,7 +26,9 @@ Memory: a separate short run (``--mem-iters``) of each under tracemalloc (numpy 
 peak) and with the RSS high-water mark reset (RSS growth).
 
 Run ``python benchmarks/bench_gmm.py --quick`` (about a minute) or without ``--quick``
-for the documented sizes; ``--profile-only`` profiles blrgraph's fit alone.
+for the documented sizes; ``--profile-only`` profiles blrgraph's fit alone;
+``--phi-rows 1e6,1e7`` times blrgraph alone (D=10, K=8) with Phi kept, streamed in chunks
+above ``suffstats.MAX_BYTES``, or replaced by the per-entry formulas (docs/benchmarks.md §1.1).
 """
 from __future__ import annotations
 
@@ -514,7 +516,8 @@ def phi_modes(args):
                   f"{r['cpu'] / r['N'] * 1e6:.3f} us CPU / {r['wall'] / r['N'] * 1e6:.3f} us wall "
                   f"per row and sweep; ELBO {r['elbo']:.10e}; peak RSS {r['maxrss_mb']:.0f} MB",
                   flush=True)
-    print("\n| rows | mode | CPU us/row/sweep | wall us/row/sweep | ELBO | peak RSS MB |\n|---|---|---|---|---|---|")
+    print("\n| rows | mode | CPU us/row/sweep | wall us/row/sweep | ELBO | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['N']:,} | {r['mode']} | {r['cpu'] / r['N'] * 1e6:.3f} | "
               f"{r['wall'] / r['N'] * 1e6:.3f} | {r['elbo']:.10e} | {r['maxrss_mb']:.0f} |")
@@ -653,7 +656,8 @@ def main(argv=None):
     ap.add_argument("--phi-modes", default="cached,default,stream,per-entry",
                     help="of " + ",".join(PHI_MODES) + " (cached at 1e7 holds 5.3 GB)")
     ap.add_argument("--phi-iters", type=int, default=3, help="timed sweeps per Phi run")
-    ap.add_argument("--phi-chunk", type=int, help="rows of a rebuilt Phi chunk (suffstats._STREAM_ROWS)")
+    ap.add_argument("--phi-chunk", type=int,
+                    help="rows of a rebuilt Phi chunk (suffstats._STREAM_ROWS)")
     ap.add_argument("--phi-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     _limits = C.limit_blas(args.blas_threads)  # noqa: F841 (kept alive for the run)

@@ -33,7 +33,7 @@ MAX_BYTES = 1 << 30
 STREAM = True
 
 _ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
-_STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (fastest of 256..4096: docs/benchmarks.md §1)
+_STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
 
 class Layout:

@@ -168,7 +168,8 @@ class MixtureFactor(Conditional):
         if fs.Phi is not None:
             yield 0, R, self._weighted_phi(fs, R, C, w)
             return
-        wb = None if w is None else np.broadcast_to(np.asarray(w, dtype=float), fs.plates).reshape(R, C, 1)
+        wb = None if w is None else \
+            np.broadcast_to(np.asarray(w, dtype=float), fs.plates).reshape(R, C, 1)
         P = fs.layout.P
         for a, b, blk in fs.blocks(step=C):
             ra, rb = a // C, b // C
