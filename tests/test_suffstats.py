@@ -242,8 +242,10 @@ def test_multicolumn_fit_with_missing_cells_is_the_same_with_and_without_the_fla
     np.testing.assert_allclose(fast[2], slow[2], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("slow_path", ["per-entry", "streamed"])
 @pytest.mark.parametrize("columns", [False, True])
-def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, monkeypatch):
+def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, slow_path,
+                                                                      monkeypatch):
     """Each minibatch brings new data (and masks that may repeat): the statistics matrix
     and its weighted form must follow the batch, not the first one seen."""
     def run():
@@ -262,11 +264,17 @@ def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, mo
         bg.Model(x).fit("svi", batch_size=20, epochs=2, seed=0)
         return th.posterior.natural
     fast = run()
-    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
-    monkeypatch.setattr(suffstats, "STREAM", False)
+    if slow_path == "per-entry":
+        monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+        monkeypatch.setattr(suffstats, "STREAM", False)
+        tol = 1e-9
+    else:   # 7 rows of Phi kept per minibatch of 20, the rest rebuilt in chunks of 4
+        monkeypatch.setattr(suffstats, "MAX_BYTES", 7 * (3 * 4 if columns else 10) * 8)
+        monkeypatch.setattr(suffstats, "_STREAM_ROWS", 4)
+        tol = 1e-12
     slow = run()
     for a, b in zip(fast, slow):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 @settings(max_examples=40, deadline=None)
