@@ -157,12 +157,13 @@ class FlatStats:
 
     def blocks(self, step=1):
         """Yield (a, b, rows a:b of Phi) covering all entries, a and b multiples of ``step``
-        (the entries of one row of a multi-column mixture stay together). The kept rows
+        (the ``step`` entries of one row of a multi-column mixture stay together; a rebuilt
+        block holds ``_STREAM_ROWS`` such rows). The kept rows
         come as one block; a rebuilt block is a reused buffer, valid until the next one."""
         a = self.cached - self.cached % step if self.Phi is None else self.E
         if a > 0:
             yield 0, a, self._head[:a]
-        rows = max(step, _STREAM_ROWS - _STREAM_ROWS % step)
+        rows = _STREAM_ROWS * step     # _STREAM_ROWS rows of a multi-column mixture
         buf = np.empty((self.layout.P, min(rows, self.E - a))) if a < self.E else None
         while a < self.E:
             b = min(self.E, a + rows)
