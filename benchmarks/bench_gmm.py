@@ -26,7 +26,9 @@ Memory: a separate short run (``--mem-iters``) of each under tracemalloc (numpy 
 peak) and with the RSS high-water mark reset (RSS growth).
 
 Run ``python benchmarks/bench_gmm.py --quick`` (about a minute) or without ``--quick``
-for the documented sizes; ``--profile-only`` profiles blrgraph's fit alone.
+for the documented sizes; ``--profile-only`` profiles blrgraph's fit alone;
+``--phi-rows 1e6,1e7`` times blrgraph alone (D=10, K=8) with Phi kept, streamed in chunks
+above ``suffstats.MAX_BYTES``, or replaced by the per-entry formulas (docs/benchmarks.md §1.1).
 """
 from __future__ import annotations
 
@@ -460,6 +462,96 @@ def time_only(N, D, K, n_iter, args):
     return out
 
 
+# =========================================================================================
+# Phi above the memory cap (graph/suffstats.py: MAX_BYTES, STREAM)
+# =========================================================================================
+PHI_MODES = {   # name -> (MAX_BYTES, STREAM)
+    "cached": (1 << 62, True),     # Phi kept whole, however large
+    "default": (None, True),       # the library's cap: first rows kept, the rest streamed
+    "stream": (0, True),           # every row rebuilt in chunks
+    "per-entry": (0, False),       # no Phi: the factors' per-entry formulas
+}
+
+
+def phi_one(spec, args):
+    """One (N, mode) run in this process: D=10, K=8 blrgraph fit, one JSON line out."""
+    import json
+    import resource
+    from blrgraph.graph import suffstats
+    n, mode = spec.split(":")
+    N, (cap, stream) = int(float(n)), PHI_MODES[mode]
+    if cap is not None:
+        suffstats.MAX_BYTES = cap
+    suffstats.STREAM = stream
+    if args.phi_chunk:
+        suffstats._STREAM_ROWS = args.phi_chunk
+    X = make_data(N, 10, 8, seed=args.seed)
+    pri = make_priors(X, alpha0=args.alpha0)
+    if args.phi_model == "diag":
+        b = run_diag(X, 8, args.phi_iters, args.seed)
+    else:
+        b = run_blrgraph(X, 8, pri, args.phi_iters, args.seed, with_state=False)
+    print(json.dumps({"N": N, "mode": mode, "model": args.phi_model,
+                      "chunk": suffstats._STREAM_ROWS,
+                      "wall": b["per_iter"], "cpu": b["cpu_per_iter"], "elbo": b["self_elbo"],
+                      "build": b["build"], "first_sweep": b["first_sweep"],
+                      "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}),
+          flush=True)
+
+
+def run_diag(X, K, n_iter, seed):
+    """The zoo's diagonal GMM, a multi-column mixture: z plates (N, 1), a NormalGamma per
+    (column, component). Timings as run_blrgraph's."""
+    import blrgraph as bg
+    N, D = X.shape
+    z = bg.Categorical(bg.Dirichlet(np.ones(K), name="w"), plates=(N, 1), name="z")
+    th = bg.NormalGamma(np.tile(X.mean(0)[:, None], (1, K)), 1.0, 2.0, 2.0, plates=(D, K),
+                        name="theta")
+    y = bg.Mixture(z, bg.Normal, th, name="y").observe(X)
+    stamps, cpu = [], []
+
+    def cb(it, L):
+        stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
+        return False
+
+    t1 = time.perf_counter()
+    fit = bg.Model(y).fit("vmp", max_iter=n_iter + 1, tol=0, seed=seed, callback=cb)
+    return {"per_iter": C.per_iter(stamps, skip=0)[0], "cpu_per_iter": C.per_iter(cpu, skip=0)[0],
+            "build": 0.0, "first_sweep": stamps[0] - t1, "self_elbo": float(fit.elbo)}
+
+
+def phi_modes(args):
+    """Each (N, mode) of --phi-rows x --phi-modes in its own process (clean peak RSS):
+    CPU and wall time per row and sweep (median over --phi-iters sweeps after 1 warm-up)."""
+    import json
+    import subprocess
+    rows = []
+    for n in args.phi_rows.split(","):
+        for mode in args.phi_modes.split(","):
+            cmd = [sys.executable, os.path.abspath(__file__), "--phi-one", f"{n}:{mode}",
+                   "--phi-iters", str(args.phi_iters), "--seed", str(args.seed)]
+            if args.blas_threads:
+                cmd += ["--blas-threads", str(args.blas_threads)]
+            if args.phi_chunk:
+                cmd += ["--phi-chunk", str(args.phi_chunk)]
+            cmd += ["--phi-model", args.phi_model]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            rows.append(r)
+            print(f"  N={r['N']:.0e} {mode:>9} (chunk {r['chunk']}): "
+                  f"{r['cpu'] / r['N'] * 1e6:.3f} us CPU / {r['wall'] / r['N'] * 1e6:.3f} us wall "
+                  f"per row and sweep; ELBO {r['elbo']:.10e}; peak RSS {r['maxrss_mb']:.0f} MB",
+                  flush=True)
+    print("\n| rows | mode | CPU us/row/sweep | wall us/row/sweep | ELBO | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['N']:,} | {r['mode']} | {r['cpu'] / r['N'] * 1e6:.3f} | "
+              f"{r['wall'] / r['N'] * 1e6:.3f} | {r['elbo']:.10e} | {r['maxrss_mb']:.0f} |")
+    print(f"\ncommand: `{C.command_line()}`")
+    C.write_json(args.json, {"benchmark": "gmm-phi", "command": C.command_line(), "runs": rows})
+
+
 def report(results, scaling, info):
     print("\n# VB-GMM (full covariance): blrgraph vs scikit-learn vs numpy floor\n")
     print(C.machine_markdown(info))
@@ -586,8 +678,23 @@ def main(argv=None):
     ap.add_argument("--profile-k", type=int, default=5)
     ap.add_argument("--profile-iters", type=int, default=10)
     ap.add_argument("--profile-sort", default="cumtime", help="pstats sort key (cumtime, tottime)")
+    ap.add_argument("--phi-rows", help="N values (D=10, K=8) of the Phi-above-the-cap runs only, "
+                    "e.g. 1e6,1e7")
+    ap.add_argument("--phi-modes", default="cached,default,stream,per-entry",
+                    help="of " + ",".join(PHI_MODES) + " (cached at 1e7 holds 5.3 GB)")
+    ap.add_argument("--phi-iters", type=int, default=3, help="timed sweeps per Phi run")
+    ap.add_argument("--phi-chunk", type=int,
+                    help="rows of a rebuilt Phi chunk (suffstats._STREAM_ROWS)")
+    ap.add_argument("--phi-model", default="full", choices=("full", "diag"),
+                    help="full covariance (NormalWishart) or the diagonal GMM (z plates (N, 1), "
+                    "NormalGamma (D, K): a multi-column mixture)")
+    ap.add_argument("--phi-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     _limits = C.limit_blas(args.blas_threads)  # noqa: F841 (kept alive for the run)
+    if args.phi_one:
+        return phi_one(args.phi_one, args)
+    if args.phi_rows:
+        return phi_modes(args)
     if args.profile_only:
         return profile_only(args)
     q = args.quick

@@ -4,7 +4,7 @@ A mixture over observed data computes E[log p(x_n | theta_k)] as one product wit
 Phi = [1, log h(x), flat T(x)] and its messages to the component parameters from
 the weighted means W^T Phi (a conjugate message is affine in the child's moments).
 The per-entry formulas of each factor are a separate code path; with
-``suffstats.MAX_BYTES = 0`` the mixture uses them. Both must agree to rounding,
+``suffstats.MAX_BYTES = 0`` and ``suffstats.STREAM = False`` the mixture uses them. Both must agree to rounding,
 for every component kind, with masks and counts.
 """
 from __future__ import annotations
@@ -115,8 +115,9 @@ def test_flat_path_equals_per_entry_formulas(case, masked, monkeypatch):
     fast = _state(y)
     assert y.factor._flat_cache[1] is not None, "the flat path was not taken"
     monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    monkeypatch.setattr(suffstats, "STREAM", False)
     slow = _state(y)
-    assert y.factor._flat_cache[1] is None, "MAX_BYTES = 0 must switch the flat path off"
+    assert y.factor._flat_cache[1] is None, "MAX_BYTES = 0 with STREAM = False must switch the flat path off"
     _compare(fast, slow)
 
 
@@ -141,6 +142,7 @@ def test_counts_per_component_enter_log_h_and_keep_the_per_entry_formulas(family
         return bg.Model(y).fit("vmp", max_iter=20, seed=0).elbo
     fast = run()
     monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    monkeypatch.setattr(suffstats, "STREAM", False)
     np.testing.assert_allclose(fast, run(), rtol=1e-12)
 
 
@@ -208,6 +210,7 @@ def test_whole_fit_is_the_same_with_and_without_the_flat_path(monkeypatch):
         return np.array(f.elbo_trace), th.posterior.natural
     trace_fast, nat_fast = run()
     monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    monkeypatch.setattr(suffstats, "STREAM", False)
     trace_slow, nat_slow = run()
     np.testing.assert_allclose(trace_fast, trace_slow, rtol=1e-11)
     assert np.all(np.diff(trace_fast) >= -1e-9 * np.abs(trace_fast[1:]))
@@ -229,6 +232,7 @@ def test_multicolumn_fit_with_missing_cells_is_the_same_with_and_without_the_fla
         return np.array(f.elbo_trace), th.posterior.natural, z.posterior.mean
     fast = run()
     monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    monkeypatch.setattr(suffstats, "STREAM", False)
     slow = run()
     assert len(fast[0]) == len(slow[0]) == 7
     np.testing.assert_allclose(fast[0], slow[0], rtol=1e-11)
@@ -238,8 +242,10 @@ def test_multicolumn_fit_with_missing_cells_is_the_same_with_and_without_the_fla
     np.testing.assert_allclose(fast[2], slow[2], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("slow_path", ["per-entry", "streamed"])
 @pytest.mark.parametrize("columns", [False, True])
-def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, monkeypatch):
+def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, slow_path,
+                                                                      monkeypatch):
     """Each minibatch brings new data (and masks that may repeat): the statistics matrix
     and its weighted form must follow the batch, not the first one seen."""
     def run():
@@ -258,10 +264,17 @@ def test_svi_minibatches_are_the_same_with_and_without_the_flat_path(columns, mo
         bg.Model(x).fit("svi", batch_size=20, epochs=2, seed=0)
         return th.posterior.natural
     fast = run()
-    monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+    if slow_path == "per-entry":
+        monkeypatch.setattr(suffstats, "MAX_BYTES", 0)
+        monkeypatch.setattr(suffstats, "STREAM", False)
+        tol = 1e-9
+    else:   # 7 rows of Phi kept per minibatch of 20, the rest rebuilt in chunks of 4
+        monkeypatch.setattr(suffstats, "MAX_BYTES", 7 * (3 * 4 if columns else 10) * 8)
+        monkeypatch.setattr(suffstats, "_STREAM_ROWS", 4)
+        tol = 1e-12
     slow = run()
     for a, b in zip(fast, slow):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 @settings(max_examples=40, deadline=None)
@@ -305,4 +318,5 @@ def test_memory_budget_is_respected(monkeypatch):
     x = np.zeros((1000, 4))
     assert FlatStats.fits(MultivariateNormal(), x, (1000,))
     monkeypatch.setattr(suffstats, "MAX_BYTES", 1000 * 10 * 8)   # P = 15 does not fit
+    monkeypatch.setattr(suffstats, "STREAM", False)
     assert not FlatStats.fits(MultivariateNormal(), x, (1000,))

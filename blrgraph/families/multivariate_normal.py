@@ -37,6 +37,7 @@ class MultivariateNormal(ExponentialFamily):
     event_ndims = (1, 2)
     value_ndim = 1
     symmetric_stats = (1,)  # x x^T
+    value_outer_stats = (0, 1)  # T = (x, x x^T): graph/suffstats.py builds them from x directly
     #: a value's coordinates may be missing one by one (observe(X, mask) with a mask of X's
     #: shape): the missing ones are latent, see :meth:`complete_cells`
     cell_masks = True

@@ -13,18 +13,27 @@ linear in T(x):
 
 A symmetric matrix statistic (MVN's x x^T, a Wishart's Lambda) keeps its upper
 triangle only: D(D+1)/2 columns, the off-diagonal coefficients doubled.
-``Phi`` is kept while the data do not change, if it fits in ``MAX_BYTES``;
-otherwise callers fall back to the per-entry formulas.
+``Phi`` is kept while the data do not change, as far as it fits in ``MAX_BYTES``:
+the rows beyond are rebuilt chunk by chunk whenever a product needs them
+(``FlatStats.dot``, ``FlatStats.tdot``, ``FlatStats.blocks``), so memory stays
+O(MAX_BYTES + chunk x P) and the per-row cost stays close to the cached one
+(docs/benchmarks.md §1). With ``STREAM = False`` data above the cap use the
+per-entry formulas instead (same result, O(entries x D) memory).
 """
 from __future__ import annotations
 
 import numpy as np
 
-#: Largest Phi (entries x P x 8 bytes) kept per observed node; larger data use the
-#: per-entry formulas (same result, O(entries x D) memory instead of O(entries x D^2)).
+#: Largest Phi (entries x P x 8 bytes) kept per observed node. Larger data keep the first
+#: rows that fit and rebuild the rest in chunks of ``_STREAM_ROWS`` rows when needed.
 MAX_BYTES = 1 << 30
 
-_ROWS_PER_CHUNK = 1 << 15
+#: Whether data above ``MAX_BYTES`` stream Phi in chunks (True) or use the per-entry
+#: formulas of the factors (False: O(entries x D) memory instead of O(chunk x P)).
+STREAM = True
+
+_ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
+_STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
 
 class Layout:
@@ -47,14 +56,6 @@ class Layout:
             col += n
         self.has_logh = has_logh
         self.P = col
-
-    def flatten_stats(self, stats, rows):
-        """(rows, P - 1 - has_logh) block of Phi from T(x) of ``rows`` entries."""
-        cols = []
-        for (j, _, iu), t in zip(self.blocks, stats):
-            t = np.asarray(t, dtype=float).reshape((rows,) + self.shapes[j])
-            cols.append(t[:, iu[0], iu[1]] if iu is not None else t.reshape(rows, -1))
-        return cols
 
     def flatten_natural(self, nat, lead):
         """Natural parameters with plates ``lead`` (e.g. (K,)) as (lead..., P) coefficients
@@ -98,7 +99,11 @@ class Layout:
 
 
 class FlatStats:
-    """Phi = [1, (log h), flat T(x)] of an observed node's data, entries x P."""
+    """Phi = [1, (log h), flat T(x)] of an observed node's data, entries x P.
+
+    ``Phi`` is the whole matrix when it fits in ``MAX_BYTES`` (else None): the first
+    ``cached`` rows are kept, the others are rebuilt in chunks by ``blocks``. Use
+    ``dot`` / ``tdot`` / ``blocks`` rather than ``Phi`` to serve both cases."""
 
     def __init__(self, family, value, plates):
         value = np.asarray(value)
@@ -110,28 +115,94 @@ class FlatStats:
         probe = family.suff_stats(flat[:1])
         self.layout = Layout(family, [np.shape(t)[1:] for t in probe], has_logh)
         self.plates = tuple(plates)
-        self.Phi = np.empty((E, self.layout.P))
-        self.Phi[:, 0] = 1.0
-        if has_logh:
-            self.Phi[:, 1] = logh
-        start = 2 if has_logh else 1
-        for a in range(0, E, _ROWS_PER_CHUNK):
-            b = min(E, a + _ROWS_PER_CHUNK)
-            self.Phi[a:b, start:] = np.concatenate(
-                self.layout.flatten_stats(family.suff_stats(flat[a:b]), b - a), axis=1)
+        self.family, self.E = family, E
+        self._flat_value = flat
+        self._logh = logh if has_logh else None
+        self.cached = min(E, MAX_BYTES // (8 * self.layout.P))
+        head = np.empty((self.cached, self.layout.P))
+        buf = np.empty((self.layout.P, min(self.cached, _ROWS_PER_CHUNK)))
+        for a in range(0, self.cached, _ROWS_PER_CHUNK):
+            b = min(self.cached, a + _ROWS_PER_CHUNK)
+            self._build(a, b, buf[:, :b - a])
+            head[a:b] = buf[:, :b - a].T
+        self._head = head
+        self.Phi = head if self.cached == E else None
+        if self.Phi is not None:     # everything is kept: the data are no longer needed
+            self._flat_value = self._logh = None
+
+    def _build(self, a, b, out):
+        """Rows a:b of Phi, transposed, written into ``out`` (P, b - a): each statistic
+        fills contiguous rows (several times faster than filling the columns of a
+        row-major block); matrix products take the transpose ``out.T`` at no cost."""
+        out[0] = 1.0
+        if self._logh is not None:
+            out[1] = self._logh[a:b]
+        x = self._flat_value[a:b]
+        outer = getattr(self.family, "value_outer_stats", None)
+        if outer is not None and self.layout.blocks[outer[1]][2] is not None:
+            # T(x) = (x, x x^T), the upper triangle kept: products of rows of x^T
+            (_, sl, _), (_, sl2, iu) = (self.layout.blocks[j] for j in outer)
+            xt = out[sl]
+            xt[...] = x.T
+            c = sl2.start
+            for i in range(xt.shape[0]):
+                n = xt.shape[0] - i
+                np.multiply(xt[i], xt[i:], out=out[c:c + n])
+                c += n
+            return
+        stats = self.family.suff_stats(x)
+        for (j, sl, iu), t in zip(self.layout.blocks, stats):
+            t = np.asarray(t, dtype=float).reshape((b - a,) + self.layout.shapes[j])
+            out[sl] = (t[:, iu[0], iu[1]] if iu is not None else t.reshape(b - a, -1)).T
+
+    def blocks(self, step=1):
+        """Yield (a, b, rows a:b of Phi) covering all entries, a and b multiples of ``step``
+        (the ``step`` entries of one row of a multi-column mixture stay together; a rebuilt
+        block holds ``_STREAM_ROWS`` such rows). The kept rows
+        come as one block; a rebuilt block is a reused buffer, valid until the next one."""
+        a = self.cached - self.cached % step if self.Phi is None else self.E
+        if a > 0:
+            yield 0, a, self._head[:a]
+        rows = _STREAM_ROWS * step     # _STREAM_ROWS rows of a multi-column mixture
+        buf = np.empty((self.layout.P, min(rows, self.E - a))) if a < self.E else None
+        while a < self.E:
+            b = min(self.E, a + rows)
+            self._build(a, b, buf[:, :b - a])
+            yield a, b, buf[:, :b - a].T
+            a = b
+
+    def dot(self, M):
+        """Phi @ M, (entries, m), for M (P, m)."""
+        if self.Phi is not None:
+            return self.Phi @ M
+        out = np.empty((self.E, M.shape[1]))
+        for a, b, blk in self.blocks():
+            np.matmul(blk, M, out=out[a:b])
+        return out
+
+    def tdot(self, W):
+        """W^T Phi, (m, P), for W (entries, m)."""
+        if self.Phi is not None:
+            return W.T @ self.Phi
+        S = np.zeros((W.shape[1], self.layout.P))
+        for a, b, blk in self.blocks():
+            S += W[a:b].T @ blk
+        return S
 
     @staticmethod
     def fits(family, value, plates):
-        """Whether Phi of these data is worth building (dense statistics, within MAX_BYTES)."""
+        """Whether Phi of these data is worth using (dense statistics; within MAX_BYTES
+        unless STREAM lets larger data rebuild their rows in chunks)."""
         if not getattr(family, "dense_stats", True):
             return False
         E = int(np.prod(plates, dtype=int))
         if E == 0:
             return False
+        if STREAM:
+            return True
         first = np.asarray(value).reshape((E,) + np.shape(value)[len(plates):])[:1]
         P = Layout(family, [np.shape(t)[1:] for t in family.suff_stats(first)], True).P
         return E * P * 8 <= MAX_BYTES
-
     def coefficients(self, nat, elp, lead):
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""

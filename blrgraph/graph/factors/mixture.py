@@ -161,18 +161,44 @@ class MixtureFactor(Conditional):
         self._wphi_cache = (fs, w, A)
         return A
 
+    def _weighted_blocks(self, fs, R, C, w):
+        """Yield (ra, rb, rows ra:rb of the weighted Phi as (rb - ra, C P)): the kept matrix
+        of ``_weighted_phi`` as one block when Phi is kept whole, else chunks rebuilt from
+        the data (graph/suffstats.py), each entry's statistics times its weight."""
+        if fs.Phi is not None:
+            yield 0, R, self._weighted_phi(fs, R, C, w)
+            return
+        wb = None if w is None else \
+            np.broadcast_to(np.asarray(w, dtype=float), fs.plates).reshape(R, C, 1)
+        P = fs.layout.P
+        for a, b, blk in fs.blocks(step=C):
+            ra, rb = a // C, b // C
+            if wb is None:
+                yield ra, rb, blk.reshape(rb - ra, C * P)
+            else:
+                yield ra, rb, (blk.reshape(rb - ra, C, P) * wb[ra:rb]).reshape(rb - ra, C * P)
+
     def _row_loglik(self, x, ucomp, r, w):
         """sum over column entries of w * E[log p(x | theta_k)]: (R, K), for a mixture with
         column axes (one product (R, C P) @ (C P, K)); kept for the same inputs."""
         fs, R, C, cols = self._flat(x, r, ucomp)
-        A = self._weighted_phi(fs, R, C, w)
-        refs = (A,) + tuple(ucomp)
+        if fs.Phi is not None:
+            key = (self._weighted_phi(fs, R, C, w),)
+        else:
+            key = (fs, w)
+        refs = key + tuple(ucomp)
         cached = getattr(self, "_rowll_cache", None)
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(a is b for a, b in zip(cached[0], refs)):
             return cached[1]
         coef = self._coef(fs, cols, ucomp)                       # (C, K, P)
-        ll = A @ coef.transpose(0, 2, 1).reshape(C * fs.layout.P, self.K)
+        cmat = coef.transpose(0, 2, 1).reshape(C * fs.layout.P, self.K)
+        if fs.Phi is not None:
+            ll = key[0] @ cmat
+        else:
+            ll = np.empty((R, self.K))
+            for ra, rb, A in self._weighted_blocks(fs, R, C, w):
+                np.matmul(A, cmat, out=ll[ra:rb])
         self._rowll_cache = (refs, ll)
         return ll
 
@@ -189,7 +215,7 @@ class MixtureFactor(Conditional):
         plan = None if r is None else self._flat(x, r, ucomp)
         if plan is not None and plan[2] == 1:   # one product with the statistics matrix
             fs = plan[0]
-            ll = fs.Phi @ self._coef(fs, (), ucomp)[0].T
+            ll = fs.dot(self._coef(fs, (), ucomp)[0].T)
             ll = ll.reshape(tuple(x.plates) + (self.K,))
         else:
             xe, H = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
@@ -242,10 +268,13 @@ class MixtureFactor(Conditional):
             fs, R, C, cols = plan
             if C == 1:
                 W = r if w is None else np.asarray(w)[..., None] * r
-                S = np.reshape(W, (R, self.K)).T @ fs.Phi                      # (K, P)
+                S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
             else:
-                A = self._weighted_phi(fs, R, C, w)
-                S = (r.reshape(R, self.K).T @ A).reshape(self.K, C, -1).transpose(1, 0, 2)
+                rr = r.reshape(R, self.K)
+                S = 0.0
+                for ra, rb, A in self._weighted_blocks(fs, R, C, w):
+                    S = S + rr[ra:rb].T @ A
+                S = S.reshape(self.K, C, -1).transpose(1, 0, 2)
             tot, means = fs.layout.means(S.reshape(C * self.K, -1), tuple(cols) + (self.K,))
             pseudo = ChildData(None, means, tuple(cols) + (self.K,), self.node.family.value_ndim)
             return self.component.message(i - 1, pseudo, ucomp, tot, target)
