@@ -216,6 +216,18 @@ class Clock:
             self.excluded_cpu += time.process_time() - c
 
 
+def sweep_clock():
+    """(callback, wall stamps, CPU stamps): a fit callback that records the wall and
+    process CPU time at the end of every sweep."""
+    stamps, cpu = [], []
+
+    def cb(it, L):
+        stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
+        return False
+    return cb, stamps, cpu
+
+
 def per_iter(stamps, skip=1):
     """Median interval between successive time stamps, leaving out the first ``skip``
     intervals (warm-up). The median, not the mean: on a shared machine a few intervals

@@ -174,13 +174,7 @@ def run_blrgraph(X, K, pri, n_iter, seed, with_state=True):
     t0 = time.perf_counter()
     model, nodes = build_blrgraph(X, K, pri)
     t_build = time.perf_counter() - t0
-    stamps, cpu = [], []
-
-    def cb(it, L):
-        stamps.append(time.perf_counter())
-        cpu.append(time.process_time())
-        return False
-
+    cb, stamps, cpu = C.sweep_clock()
     t1 = time.perf_counter()
     fit = model.fit("vmp", max_iter=n_iter + 1, tol=0, seed=seed, callback=cb)
     t_fit = time.perf_counter() - t1
@@ -508,13 +502,7 @@ def run_diag(X, K, n_iter, seed):
     th = bg.NormalGamma(np.tile(X.mean(0)[:, None], (1, K)), 1.0, 2.0, 2.0, plates=(D, K),
                         name="theta")
     y = bg.Mixture(z, bg.Normal, th, name="y").observe(X)
-    stamps, cpu = [], []
-
-    def cb(it, L):
-        stamps.append(time.perf_counter())
-        cpu.append(time.process_time())
-        return False
-
+    cb, stamps, cpu = C.sweep_clock()
     t1 = time.perf_counter()
     fit = bg.Model(y).fit("vmp", max_iter=n_iter + 1, tol=0, seed=seed, callback=cb)
     return {"per_iter": C.per_iter(stamps, skip=0)[0], "cpu_per_iter": C.per_iter(cpu, skip=0)[0],

@@ -65,13 +65,7 @@ def run_blrgraph(Y, K, m0, w0, sweeps):
     X.start_from(m0, np.eye(K))
     W.start_from(w0[:, None, :], np.eye(K))
     model = bg.Model(y, schedule=[X, tau, alpha, W])
-    stamps, cpu = [], []
-
-    def stamp(it, L):
-        stamps.append(time.perf_counter())
-        cpu.append(time.process_time())
-        return False
-
+    stamp, stamps, cpu = C.sweep_clock()
     res = model.fit("vmp", max_iter=sweeps, tol=0, seed=0, callback=stamp)
     return np.asarray(res.elbo_trace), C.per_iter(stamps)[0], C.per_iter(cpu)[0]
 

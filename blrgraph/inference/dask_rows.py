@@ -763,6 +763,22 @@ def _pick(out, j):
     return out[j]
 
 
+def _fit_block(model, block, view, nodes, spec, it, points):
+    """Fit the local block of a partition's model (``spec``: {name: (rho, point)}; the
+    point masses are points already when ``points``, else they become points in their
+    first update, as in memory). Returns the local sweeps."""
+    for name, (rho, point) in spec.items():
+        nodes[name].point = point and points
+
+    def update(n):
+        blr_step(model, n, spec[n.name][0], iteration=it)
+        if spec[n.name][1] and not n.point:
+            n.point = True
+        if n.point:
+            check_point(n, it)
+    return block.fit(view, update)
+
+
 def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it, moments=None,
           split=None):
     """One partition: fit the local block to ``fit_globals`` (or set the assignments'
@@ -782,16 +798,7 @@ def _task(token, blob, p, part, data, start, fit_globals, eval_globals, spec, it
             for name, s in start.items():
                 _start(model, nodes[name], s, p)
         elif fit_globals is not None and block.nodes:
-            for name, (rho, point) in spec.items():
-                nodes[name].point = point and it > 1
-
-            def update(n):
-                blr_step(model, n, spec[n.name][0], iteration=it)
-                if spec[n.name][1] and not n.point:
-                    n.point = True
-                if n.point:
-                    check_point(n, it)
-            sweeps = block.fit(view, update)
+            sweeps = _fit_block(model, block, view, nodes, spec, it, it > 1)
         for name, (groups, seed) in (split or {}).items():
             split_tied(nodes[name], groups, np.random.default_rng([seed, p]))
         if moments is not None:      # the local posterior (local_moments)
@@ -847,16 +854,7 @@ def _batch_task(token, blob, p, part, data, rows, start, globals_, spec, it, war
                 for name, nat in start.items():
                     nodes[name].set_natural((nat,))
             elif block.nodes:
-                for name, (rho, point) in spec.items():
-                    nodes[name].point = point and warm
-
-                def update(n):
-                    blr_step(model, n, spec[n.name][0], iteration=it)
-                    if spec[n.name][1] and not n.point:
-                        n.point = True
-                    if n.point:
-                        check_point(n, it)
-                sweeps = block.fit(view, update)
+                sweeps = _fit_block(model, block, view, nodes, spec, it, warm)
             out = _report(model, structure, children, nodes)
         return dict(out, sweeps=sweeps, **_timings(p, t0, c0, fresh, len(rows)))
     except Exception as e:
