@@ -240,7 +240,6 @@ class DaskView(DataView):
         return self._setup
 
     def _run(self, start, fit_globals, eval_globals, split=None):
-        import dask
         from dask import delayed
         chunks, ref, token, _ = self._shipped()
         task = delayed(_task, pure=True)
@@ -257,9 +256,7 @@ class DaskView(DataView):
                                   self.spec, self.it, None, split,
                                   dask_key_name=f"blrgraph-part-{token}-{self.it}-"
                                   f"{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
-        while len(level) > 1:
-            level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
-        (out,) = dask.compute(level[0])
+        out = _reduce_tree(level, combine)
         self.result = dict(out, version=self.version)
         self.where.update(out["where"])
         # what travelled: the globals to every task, each task's messages back
@@ -559,7 +556,6 @@ class DaskBatchView(DaskView):
         return out
 
     def _run_batch(self, start=None):
-        import dask
         from dask import delayed
         chunks, ref, token, _ = self._shipped()
         g = self._globals()
@@ -575,9 +571,7 @@ class DaskBatchView(DaskView):
                 level.append(task(token, ref, p, part, data, rows, s, g, self.spec, self.it,
                                   self.fits > 0, dask_key_name=f"blrgraph-batch-{token}-"
                                   f"{self.it}-{self.version}-{p}-{uuid.uuid4().hex[:8]}"))
-        while len(level) > 1:
-            level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
-        (out,) = dask.compute(level[0])
+        out = _reduce_tree(level, combine)
         self.result = dict(out, version=self.version)
         self.where.update(out["where"])
         self.at = {n.name: tuple(np.array(m) for m in n.moments()) for n in self.structure.globals}
@@ -761,6 +755,15 @@ def _identity(x):
 
 def _pick(out, j):
     return out[j]
+
+
+def _reduce_tree(level, combine):
+    """The partitions' results summed as a tree of FAN_IN-way ``combine`` tasks, computed."""
+    import dask
+    while len(level) > 1:
+        level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
+    (out,) = dask.compute(level[0])
+    return out
 
 
 def _fit_block(model, block, view, nodes, spec, it, points):
