@@ -466,14 +466,7 @@ class DaskView(DataView):
                                    "current globals")
             g = self._globals()
             self._run(None, None, g)
-        total = self.result["elbo"]
-        for n in self.model.stochastic:
-            if n not in self.links:
-                term = n.elbo_term()
-                if not math.isfinite(term):
-                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-                total += term
-        return total
+        return self.result["elbo"] + _driver_terms(self.model, self.links)
 
 
 class DaskMinibatches(Minibatches):
@@ -613,13 +606,7 @@ class DaskBatchView(DaskView):
             if msg is not None:
                 L += sum(float(np.sum(a * (new - old)))
                          for a, new, old in zip(msg, n.moments(), self.at[n.name]))
-        total = self.scale * L
-        for n in self.model.stochastic:
-            if n not in self.links:
-                term = n.elbo_term()
-                if not math.isfinite(term):
-                    raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-                total += term
+        total = self.scale * L + _driver_terms(self.model, self.links)
         if not math.isfinite(total):
             raise FloatingPointError(f"the minibatch ELBO is {total}; check the data scale and "
                                      f"the priors, or lower kappa's first steps (tau=)")
@@ -755,6 +742,18 @@ def _identity(x):
 
 def _pick(out, j):
     return out[j]
+
+
+def _driver_terms(model, links):
+    """The ELBO terms of the nodes off the data axis (the globals), on the driver."""
+    total = 0.0
+    for n in model.stochastic:
+        if n not in links:
+            term = n.elbo_term()
+            if not math.isfinite(term):
+                raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
+            total += term
+    return total
 
 
 def _reduce_tree(level, combine):
