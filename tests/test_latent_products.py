@@ -226,10 +226,12 @@ def test_shared_precision_is_factorised_once_with_the_same_results():
     assert fam.cov(shared).flags.writeable   # the user gets an array of their own
 
 
-def test_pca_elbo_equals_bayespy_sweep_by_sweep():
+@pytest.mark.parametrize("missing", [True, False], ids=["missing-cells", "complete"])
+def test_pca_elbo_equals_bayespy_sweep_by_sweep(missing):
     """BayesPy's PCA demo model (GaussianARD W and X, SumMultiply('i,i', W, X), ARD Gamma,
-    Gamma noise), from the same start and in the same order, with missing cells: the
-    ELBO after every sweep agrees to 1e-10 relative (an independent implementation)."""
+    Gamma noise), from the same start and in the same order, with missing cells (the
+    per-cell paths) and without (the summed paths, tests/test_latent_sums.py): the ELBO
+    after every sweep agrees to 1e-10 relative (an independent implementation)."""
     pytest.importorskip("bayespy")
     import warnings
 
@@ -238,7 +240,7 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
     rng = np.random.default_rng(9)
     M, N, K = 7, 40, 3
     Y = rng.normal(size=(M, 2)) @ rng.normal(size=(2, N)) + 0.3 * rng.normal(size=(M, N))
-    mask = rng.random((M, N)) < 0.9
+    mask = rng.random((M, N)) < 0.9 if missing else np.ones((M, N), dtype=bool)
     m0 = rng.normal(size=(N, K))
     w0 = rng.normal(size=(M, K))
     sweeps = 12
@@ -247,7 +249,8 @@ def test_pca_elbo_equals_bayespy_sweep_by_sweep():
     W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
     X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
     tau = bg.Gamma(1e-2, 1e-2, name="tau")
-    y = bg.Normal(bg.Dot(W, X), tau, name="Y").observe(np.where(mask, Y, np.nan), mask=mask)
+    y = bg.Normal(bg.Dot(W, X), tau, name="Y")
+    y.observe(np.where(mask, Y, np.nan), mask=mask) if missing else y.observe(Y)
     X.start_from(m0, np.eye(K))
     W.start_from(w0[:, None, :], np.eye(K))
     model = bg.Model(y, schedule=[X, tau, alpha, W])

@@ -5,8 +5,9 @@ one covariance are used as Sigma + E[x] E[x]^T, never as an (entries, K, K) stac
 
 Each path is checked against the per-entry formulas it replaces (written out here with
 numpy from the published per-entry moments), with and without a mask, and a whole fit
-without missing cells against BayesPy and against the same fit through the per-entry
-paths (the summed paths switched off), sweep by sweep.
+against the same fit through the per-entry paths (the summed paths switched off), sweep
+by sweep; tests/test_latent_products.py checks the fit without missing cells against
+BayesPy.
 """
 from __future__ import annotations
 
@@ -176,48 +177,6 @@ def test_pca_without_missing_cells_same_trace_as_the_per_entry_paths(monkeypatch
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
     assert np.all(np.diff(fast) > -1e-9 * np.abs(fast[1:]))
     assert fast[-1] > fast[0] + 1.0
-
-
-def test_pca_without_missing_cells_equals_bayespy_sweep_by_sweep():
-    """BayesPy's PCA demo model without missing cells (the summed paths), same start and
-    order: the ELBO after every sweep agrees to 1e-10 relative."""
-    pytest.importorskip("bayespy")
-    import warnings
-
-    from bayespy import nodes
-    from bayespy.inference import VB
-    rng = np.random.default_rng(9)
-    M, N, K = 7, 40, 3
-    Y = rng.normal(size=(M, 2)) @ rng.normal(size=(2, N)) + 0.3 * rng.normal(size=(M, N))
-    m0, w0 = rng.normal(size=(N, K)), rng.normal(size=(M, K))
-    sweeps = 12
-    alpha = bg.Gamma(1e-2, 1e-2, plates=(K,), name="alpha")
-    W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
-    X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
-    tau = bg.Gamma(1e-2, 1e-2, name="tau")
-    y = bg.Normal(bg.Dot(W, X), tau, name="Y").observe(Y)
-    X.start_from(m0, np.eye(K))
-    W.start_from(w0[:, None, :], np.eye(K))
-    ours = bg.Model(y, schedule=[X, tau, alpha, W]).fit("vmp", max_iter=sweeps, tol=0).elbo_trace
-
-    a = nodes.Gamma(1e-2, 1e-2, plates=(K,), name="alpha")
-    Wb = nodes.GaussianARD(0, a, shape=(K,), plates=(M, 1), name="W")
-    Xb = nodes.GaussianARD(0, 1, shape=(K,), plates=(1, N), name="X")
-    F = nodes.SumMultiply("i,i", Wb, Xb, name="F")
-    t = nodes.Gamma(1e-2, 1e-2, name="tau")
-    yb = nodes.GaussianARD(F, t, name="Y")
-    yb.observe(Y)
-    Xb.initialize_from_mean_and_covariance(m0[None], np.eye(K))
-    Wb.initialize_from_mean_and_covariance(w0[:, None, :], np.eye(K))
-    Q = VB(yb, F, Wb, Xb, t, a)
-    theirs = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(sweeps):
-            Q.update(Xb, t, a, Wb, repeat=1, verbose=False)
-            theirs.append(Q.L[Q.iter - 1])
-    np.testing.assert_allclose(ours, theirs, rtol=1e-10)
-    assert ours[-1] > ours[0] + 1.0
 
 
 def _offset_model(kind, mask, seed=7):
