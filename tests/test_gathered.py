@@ -159,3 +159,142 @@ def test_factored_svi_lda_equals_the_dense_path(monkeypatch):
         np.testing.assert_allclose(m1[name].posterior.mean, m2[name].posterior.mean, rtol=1e-9,
                                    atol=1e-13)
 
+
+
+# ---- contiguous rows: per-row products instead of gathering the changing table ---------
+def _ragged_rows(rng, R, n_empty=3):
+    """A sorted row array with ragged counts (1 to 40 entries, some rows empty), so that
+    the rows fall in several buckets."""
+    lens = rng.integers(1, 41, R)
+    lens[rng.choice(R, n_empty, replace=False)] = 0
+    lens[0] = 1
+    return np.repeat(np.arange(R), lens)
+
+
+def test_segments_cover_every_entry_once_with_bounded_padding():
+    from blrgraph.families.gathered import Segments
+    rng = np.random.default_rng(7)
+    R = 120
+    ra = _ragged_rows(rng, R)
+    seg = Segments(ra, R, ratio=1.25, slack=4)
+    assert len(seg.buckets) > 2 and not seg.whole
+    ent = np.concatenate([b[3] for b in seg.buckets])
+    np.testing.assert_array_equal(np.sort(ent), np.arange(len(ra)))
+    for sel, m, L, e, pos in seg.buckets:
+        rows = np.arange(R)[sel]
+        lens = np.bincount(ra, minlength=R)[rows]
+        assert len(rows) == m and lens.max() == L
+        assert np.all(lens >= min(L / 1.25, L - 4))  # the padding bound of the docstring
+        np.testing.assert_array_equal(ra[e], np.repeat(rows, lens))  # entries row by row
+    T, E = rng.random((R, 5)), rng.random((30, 5))
+    rb = rng.integers(0, 30, len(ra))
+    blocks = seg.pad(E, seg.pad_index(rb, len(E)))
+    np.testing.assert_allclose(seg.rowdot(T, blocks), np.einsum("nk,nk->n", T[ra], E[rb]),
+                               rtol=1e-15)
+    whole = Segments(np.repeat(np.arange(10), 4), 10)
+    assert whole.whole and len(whole.buckets) == 1
+
+
+@pytest.mark.parametrize("case", ["ragged", "equal", "underflow"])
+def test_contiguous_rows_path_equals_the_dense_softmax(case):
+    """One table's rows sorted (a document's entries contiguous): s, p, log Z and both
+    scatters through the padded blocks equal the dense softmax; the same entries in a
+    shuffled order (the gathered path) give the same values entry by entry."""
+    rng = np.random.default_rng(3)
+    R, V, K = 80, 40, 6
+    ra = _ragged_rows(rng, R) if case != "equal" else np.repeat(np.arange(R), 9)
+    n = len(ra)
+    rb = rng.integers(0, V, n)
+    Ta, Tb = rng.normal(size=(R, K)) * 3, rng.normal(size=(V, K)) * 3
+    if case == "underflow":
+        Ta[:4] = [0, -900, -900, -900, -900, -900]
+        Tb[:4] = [-900, 0, 0, 0, 0, 0]
+        rb[ra < 4] = rng.integers(0, 4, np.count_nonzero(ra < 4))
+    lam = Ta[ra] + Tb[rb]
+    p = softmax(lam, axis=1)
+    w = rng.random(n)
+    q = GatheredSoftmax([Ta, Tb], [ra, rb], n, memo={})
+    assert q._seg is not None and q._seg[0].whole == (case == "equal")
+    assert (q.fixed is not None) == (case == "underflow")
+    np.testing.assert_allclose(q.p, p, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(q.log_partition, logsumexp(lam, axis=1), rtol=1e-13, atol=1e-13)
+    for idx, R_out in ((ra, R), (rb, V)):
+        for weights in (w, None):
+            ww = np.ones(n) if weights is None else weights
+            expect = np.zeros((R_out, K))
+            np.add.at(expect, idx, ww[:, None] * p)
+            np.testing.assert_allclose(q.scatter(idx, weights, R_out), expect, rtol=1e-11,
+                                       atol=1e-300)
+    perm = rng.permutation(n)
+    qs = GatheredSoftmax([Ta, Tb], [ra[perm], rb[perm]], n, memo={})
+    assert qs._seg is None
+    np.testing.assert_allclose(q.s[perm], qs.s, rtol=1e-15)
+    np.testing.assert_allclose(q.p[perm], qs.p, rtol=1e-14, atol=1e-300)
+    # the tables in the other order: the sorted row array is found in second place
+    qb = GatheredSoftmax([Tb, Ta], [rb, ra], n, memo={})
+    assert qb._seg is not None and qb._seg[1] == 1
+    np.testing.assert_allclose(qb.p, p, rtol=1e-12, atol=1e-300)
+
+
+def test_contiguous_rows_blocks_are_kept_while_the_other_table_is():
+    """A new first table (theta after its update) reuses the blocks of the second
+    (the topics); a new second table or new rows rebuild them; every result is exact."""
+    rng = np.random.default_rng(5)
+    R, V, K = 30, 12, 4
+    ra = _ragged_rows(rng, R, n_empty=0)
+    rb = rng.integers(0, V, len(ra))
+    Tb = rng.normal(size=(V, K))
+    memo = {}
+    seen = []
+    for step in range(4):
+        Ta = rng.normal(size=(R, K))
+        if step == 2:
+            Tb = rng.normal(size=(V, K))
+        rows = [ra, rb] if step < 3 else [ra.copy(), rb.copy()]
+        q = GatheredSoftmax([Ta, Tb], rows, len(ra), memo=memo)
+        seen.append(q._seg[2])
+        np.testing.assert_allclose(q.p, softmax(Ta[ra] + Tb[rb], axis=1), rtol=1e-12)
+    assert seen[1] is seen[0] and seen[2] is not seen[1] and seen[3] is not seen[2]
+
+
+def _ragged_lda(seed=0, D=50, V=30, K=3, shuffle=False):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 25, D)
+    lens[3] = 0                       # a document with no words
+    doc = np.repeat(np.arange(D), lens)
+    word = rng.integers(0, V, doc.size)
+    cnt = rng.integers(1, 4, doc.size).astype(float)
+    if shuffle:
+        perm = np.random.default_rng(99).permutation(doc.size)
+        doc, word, cnt = doc[perm], word[perm], cnt[perm]
+    theta = bg.Dirichlet(0.3 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], plates=(doc.size,), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=cnt)
+    return bg.Model(y)
+
+
+def test_lda_with_ragged_sorted_documents_equals_shuffled_and_dense(monkeypatch):
+    """LDA whose entries are sorted by document (the contiguous-rows path, in several
+    buckets, through the local block's row views) gives the same fit as the same corpus
+    with shuffled entries (the gathered path) and as the dense path."""
+    import blrgraph.families.gathered as G
+    made, init = [], G.Segments.__init__
+
+    def counted(self, rows, n_rows, **kw):
+        made.append(n_rows)
+        init(self, rows, n_rows, **kw)
+    monkeypatch.setattr(G.Segments, "__init__", counted)
+    m1 = _ragged_lda()
+    f1 = m1.fit("vmp", max_iter=20, tol=0, seed=2)
+    assert 50 in made and any(r < 50 for r in made)  # the whole corpus and row views
+    m2 = _ragged_lda(shuffle=True)
+    f2 = m2.fit("vmp", max_iter=20, tol=0, seed=2)
+    _dense(monkeypatch)
+    m3 = _ragged_lda()
+    f3 = m3.fit("vmp", max_iter=20, tol=0, seed=2)
+    for m, f in ((m2, f2), (m3, f3)):
+        np.testing.assert_allclose(f1.elbo_trace, f.elbo_trace, rtol=1e-11)
+        for name in ("theta", "phi"):
+            np.testing.assert_allclose(m1[name].posterior.natural[0], m[name].posterior.natural[0],
+                                       rtol=1e-9, atol=1e-12)

@@ -17,6 +17,20 @@ one sparse product (Hoffman, Blei & Bach 2010 compute LDA's E-step so, with
 exp(E log theta) and exp(E log beta)). A row whose product underflows (s_n below
 ``tiny``: tables far apart in scale) is computed exactly by the max-shifted
 log-sum-exp instead, so every result equals the dense softmax to rounding.
+
+Contiguous rows (a local round of LDA): when exactly two tables are gathered and the
+row array of one of them, a, is sorted (the entries of each of its rows contiguous: a
+document's words in CSR order), s is computed per row of a without gathering E_a:
+the other table's exponentials at the entries, E_b[rows_b], are laid out once in
+zero-padded blocks (rows of a with similar entry counts together, :class:`Segments`)
+and each call is one batched product of the blocks with E_a's rows,
+
+    s[entries of row i] = sum_k Eb_pad[i, :, k] E_a[i, k],
+
+which reads one entries x K array instead of gathering a second one and reading both.
+The blocks stay in the memo while table b and both row arrays are the same objects
+(the topics, fixed during a local fit); the sum over k runs in the same order as the
+gathered one's, so s is the same to the last bit.
 """
 from __future__ import annotations
 
@@ -30,11 +44,85 @@ def _take(a, rows):
     return a if rows is None else np.take(a, rows, axis=0)
 
 
+def is_sorted(rows):
+    """True when ``rows`` is non-decreasing (each row's entries contiguous)."""
+    rows = np.asarray(rows)
+    return len(rows) < 2 or bool(np.all(rows[1:] >= rows[:-1]))
+
+
+class Segments:
+    """The entries of a sorted row array grouped by row, for sums over k per entry
+    computed row by row (see the module's docstring).
+
+    Rows with entries are bucketed by entry count, longest first: a bucket of longest
+    count L holds the rows with at least ``min(L / ratio, L - slack)`` entries, so the
+    padding adds at most ``ratio - 1`` of a bucket's entries (or ``slack`` per row).
+    Each bucket is (its rows: an index array, or a slice for all rows in order; L; its
+    entries in padded order; their positions in the flattened (rows, L) layout).
+    """
+
+    def __init__(self, rows, n_rows, ratio=1.25, slack=4):
+        rows = np.asarray(rows)
+        self.n, self.n_rows = len(rows), int(n_rows)
+        lens = np.bincount(rows, minlength=self.n_rows)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        by_len = np.argsort(-lens, kind="stable")
+        by_len = by_len[lens[by_len] > 0]
+        desc = lens[by_len]
+        self.buckets = []
+        i = 0
+        while i < len(by_len):
+            L = int(desc[i])
+            lo = min(L / ratio, L - slack)
+            j = i + int(np.searchsorted(-desc[i:], -lo, side="right"))
+            docs = np.sort(by_len[i:j])
+            valid = np.arange(L)[None, :] < lens[docs][:, None]
+            ent = (starts[docs][:, None] + np.arange(L)[None, :])[valid]
+            pos = np.flatnonzero(valid.ravel())
+            sel = slice(None) if len(docs) == self.n_rows else docs
+            self.buckets.append((sel, len(docs), L, ent, pos))
+            i = j
+        # one bucket of every row in order: its entries are 0..n-1 in order
+        self.whole = len(self.buckets) == 1 and isinstance(self.buckets[0][0], slice)
+
+    def pad_index(self, rows, dummy):
+        """For each bucket, ``rows`` at its entries in the padded layout, (bucket rows * L,),
+        ``dummy`` in the padding."""
+        out = []
+        for _, m, L, ent, pos in self.buckets:
+            idx = np.full(m * L, dummy, dtype=np.intp)
+            idx[pos] = rows if self.whole else rows[ent]
+            out.append(idx)
+        return out
+
+    def pad(self, table, index):
+        """``table`` at the padded index arrays of :meth:`pad_index` (whose ``dummy`` is
+        len(table)): [(bucket rows, L, K)], zeros in the padding."""
+        ext = np.concatenate([table, np.zeros((1, np.shape(table)[-1]))])
+        return [np.take(ext, idx, axis=0).reshape(m, L, -1)
+                for idx, (_, m, L, _, _) in zip(index, self.buckets)]
+
+    def rowdot(self, table, blocks):
+        """s[n] = sum_k table[row of n, k] * (n's entry of ``blocks``), (n,)."""
+        if self.whole:
+            (sel, m, L, ent, pos), = self.buckets
+            return np.einsum("dlk,dk->dl", blocks[0], table).reshape(-1)[pos]
+        s = np.empty(self.n)
+        for (sel, m, L, ent, pos), blk in zip(self.buckets, blocks):
+            s[ent] = np.einsum("dlk,dk->dl", blk, table[sel]).reshape(-1)[pos]
+        return s
+
+
 def gathered_sum(tables, rows, n):
     """lam = sum_j tables[j][rows[j]] as a dense (n, K) array (``rows[j]`` None: a
     one-row table broadcast to every entry)."""
-    out = np.zeros((n, np.shape(tables[0])[-1]))
-    for T, r in zip(tables, rows):
+    if rows[0] is None:
+        out = np.zeros((n, np.shape(tables[0])[-1]))
+        start = 0
+    else:  # (0 + x is x: the same sums as from zeros)
+        out = np.take(np.asarray(tables[0], dtype=float), rows[0], axis=0)
+        start = 1
+    for T, r in zip(tables[start:], rows[start:]):
         out += _take(T, r)
     return out
 
@@ -58,13 +146,18 @@ class GatheredSoftmax:
         self.tables, self.rows, self.n = list(tables), list(rows), int(n)
         self.K = np.shape(self.tables[0])[-1]
         self._exp = [self._shifted_exp(j) for j in range(len(self.tables))]
-        G = [self._gathered(j) for j in range(len(self.tables))]
-        if len(G) == 1:
-            s = np.einsum("nk->n", np.broadcast_to(G[0], (self.n, self.K)))
-        elif len(G) == 2:
-            s = np.einsum("nk,nk->n", *np.broadcast_arrays(G[0], G[1]))
+        self._seg = self._segment_plan()
+        if self._seg is not None:
+            seg, a, blocks = self._seg
+            s = seg.rowdot(self._exp[a][0], blocks)
         else:
-            s = np.einsum("nk->n", self._product(G))
+            G = [self._gathered(j) for j in range(len(self.tables))]
+            if len(G) == 1:
+                s = np.einsum("nk->n", np.broadcast_to(G[0], (self.n, self.K)))
+            elif len(G) == 2:
+                s = np.einsum("nk,nk->n", *np.broadcast_arrays(G[0], G[1]))
+            else:
+                s = np.einsum("nk->n", self._product(G))
         self.fixed = None  # (entries, exact p rows) where the product underflowed
         if not s.min() >= tiny:
             idx = np.flatnonzero(~(s >= tiny))
@@ -105,11 +198,44 @@ class GatheredSoftmax:
         self.memo[("exp", j)] = (T, out)
         return out
 
+    def _segment_plan(self):
+        """(Segments of table a's rows, a, padded blocks of table b) when exactly two
+        tables are gathered, a's row array is sorted and no table is shared; else None.
+        The sortedness of a row array and the blocks are memoised on identity."""
+        gathered = [j for j, r in enumerate(self.rows) if r is not None]
+        if len(gathered) != 2 or len(gathered) != len(self.rows):
+            return None
+        hit = self.memo.get("segments")
+        if hit is not None and all(x is y for x, y in zip(hit[0], self.rows)):
+            a, seg = hit[1], hit[2]
+        else:
+            a = next((j for j in gathered if is_sorted(self.rows[j])), None)
+            seg = None if a is None else Segments(self.rows[a], len(self._exp[a][0]))
+            self.memo.pop("blocks", None)
+            self.memo["segments"] = (tuple(self.rows), a, seg)
+        if seg is None:
+            return None
+        b = gathered[1] if a == gathered[0] else gathered[0]
+        Tb, rb = self.tables[b], self.rows[b]
+        hit = self.memo.get("blocks")
+        if hit is None or hit[0] is not Tb or hit[1] is not seg or hit[2] is not rb:
+            index = hit[3] if hit is not None and hit[1] is seg and hit[2] is rb else None
+            self.memo.pop("blocks", None)  # free the stale blocks before the new ones
+            Eb = self._exp[b][0]
+            if index is None:
+                index = seg.pad_index(rb, len(Eb))
+            hit = (Tb, seg, rb, index, seg.pad(Eb, index))
+            self.memo["blocks"] = hit
+        return seg, a, hit[4]
+
     def _gathered(self, j):
-        """E_j at the rows of the entries, (n, K) (or (1, K) for a shared row)."""
+        """E_j at the rows of the entries, (n, K) (or (1, K) for a shared row); kept in
+        the memo, except with contiguous rows (the blocks replace it there)."""
         T, r = self.tables[j], self.rows[j]
         if r is None:
             return self._exp[j][0]
+        if self._seg is not None:
+            return np.take(self._exp[j][0], r, axis=0)
         hit = self.memo.get(("gather", j))
         if hit is not None and hit[0] is T and hit[1] is r:
             return hit[2]
@@ -129,7 +255,11 @@ class GatheredSoftmax:
     @property
     def p(self):
         if self._p is None:
-            p = self._product([self._gathered(j) for j in range(len(self.tables))])
+            if self._seg is not None:   # two gathers, nothing kept
+                p = np.take(self._exp[0][0], self.rows[0], axis=0)
+                p *= np.take(self._exp[1][0], self.rows[1], axis=0)
+            else:
+                p = self._product([self._gathered(j) for j in range(len(self.tables))])
             p *= (1.0 / self.s)[:, None]
             if self.fixed is not None:
                 p[self.fixed[0]] = self.fixed[1]
@@ -174,14 +304,14 @@ class GatheredSoftmax:
         ra, rb = self.rows[a], self.rows[b]
         hit = self.memo.get(("pattern", a, b))
         if hit is None or hit[0] is not ra or hit[1] is not rb:
-            order = np.argsort(ra, kind="stable")
+            order = None if is_sorted(ra) else np.argsort(ra, kind="stable")  # None: in order
             indptr = np.concatenate([[0], np.cumsum(np.bincount(ra, minlength=n_out))])
-            M = sp.csr_matrix((np.ones(self.n), rb[order], indptr),
+            M = sp.csr_matrix((np.ones(self.n), rb if order is None else rb[order], indptr),
                               shape=(n_out, len(self._exp[b][0])))
             hit = (ra, rb, order, M)
             self.memo[("pattern", a, b)] = hit
         order, M = hit[2], hit[3]
-        M.data = v[order]
+        M.data = v if order is None else v[order]
         return M
 
 
