@@ -298,3 +298,65 @@ def test_lda_with_ragged_sorted_documents_equals_shuffled_and_dense(monkeypatch)
         for name in ("theta", "phi"):
             np.testing.assert_allclose(m1[name].posterior.natural[0], m[name].posterior.natural[0],
                                        rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["sorted", "shuffled", "shared", "three", "underflow"])
+def test_expect_and_entropy_sum_equal_the_sums_over_p(case):
+    """The ELBO's sums over entries from scatters (no p): sum_n w_n <p_n, T[idx_n]> and
+    sum_n w_n H[q_n] equal the same sums of the dense softmax."""
+    rng = np.random.default_rng(11)
+    R, V, K = 40, 25, 5
+    ra = _ragged_rows(rng, R)
+    n = len(ra)
+    rb = rng.integers(0, V, n)
+    if case == "shuffled":
+        ra = ra[rng.permutation(n)]
+    Ta, Tb, Tc = rng.normal(size=(R, K)) * 3, rng.normal(size=(V, K)) * 3, rng.normal(size=(1, K))
+    if case == "underflow":
+        Ta[:4] = [0, -900, -900, -900, -900]
+        Tb[:4] = [-900, 0, 0, 0, 0]
+        rb[ra < 4] = rng.integers(0, 4, np.count_nonzero(ra < 4))
+    tables, rows = {"shared": ([Ta, Tc], [ra, None]),
+                    "three": ([Ta, Tb, Tb[::-1]], [ra, rb, rb[::-1].copy()])}.get(
+        case, ([Ta, Tb], [ra, rb]))
+    lam = gathered_sum(tables, rows, n)
+    p = softmax(lam, axis=1)
+    H = logsumexp(lam, axis=1) - np.einsum("nk,nk->n", p, lam)
+    q = GatheredSoftmax(tables, rows, n, memo={})
+    assert q.fixed is not None if case == "underflow" else True
+    w = rng.random(n)
+    U = rng.normal(size=(R, K))
+    for weights in (w, None):
+        ww = np.ones(n) if weights is None else weights
+        np.testing.assert_allclose(q.expect(U, ra, weights), np.sum(ww[:, None] * p * U[ra]),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(q.expect(Tc, None, weights), np.sum(ww[:, None] * p * Tc),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(q.entropy_sum(weights), np.sum(ww * H), rtol=1e-11)
+    assert q.expect(U, ra.copy(), w) is None       # not one of q's row arrays
+    assert q.expect(U, ra, w[:-1]) is None and q.entropy_sum(w[:, None]) is None
+
+
+def test_lda_elbo_terms_and_topic_message_from_scatters_equal_the_dense_ones(monkeypatch):
+    """With a factored q(z), z's ELBO term (E log p(z | theta) + H), the words' term and
+    the words' message to the topics come from scatters of q; they equal the same
+    quantities computed from q's dense p."""
+    from blrgraph.graph.factors.categorical import CategoricalFactor
+    from blrgraph.graph.factors.mixture import MixtureFactor
+    m = _ragged_lda(seed=4)
+    m.fit("vmp", max_iter=3, tol=0, seed=0)
+    z, y, phi = m["z"], m["y"], m["phi"]
+    blr.blr_step(m, z)
+    q = z._factored
+    assert q is not None and q._p is None
+    fast = (z.elbo_term(), y.elbo_term(), y.message_to(phi)[0])
+    assert q._p is None                              # p was not built
+    monkeypatch.setattr(MixtureFactor, "_factored_q", lambda self: None)
+    monkeypatch.setattr(CategoricalFactor, "_factored_loglik", lambda self, w: None)
+    monkeypatch.setattr(GatheredSoftmax, "entropy_sum", lambda self, w=None: None)
+    dense = (z.elbo_term(), y.elbo_term(), y.message_to(phi)[0])
+    assert q._p is not None
+    np.testing.assert_allclose(fast[0], dense[0], rtol=1e-12)
+    np.testing.assert_allclose(fast[1], dense[1], rtol=1e-12)
+    assert fast[2].shape == dense[2].shape == (3, 30)
+    np.testing.assert_allclose(fast[2], dense[2], rtol=1e-12, atol=1e-300)

@@ -138,7 +138,8 @@ class GatheredSoftmax:
 
     Attributes: ``log_partition`` (n,); ``p`` (n, K), built on first use;
     :meth:`lam` (the dense natural parameter); :meth:`scatter` (weighted sums of p
-    over the entries sharing a row of one table).
+    over the entries sharing a row of one table); :meth:`expect` and
+    :meth:`entropy_sum` (the ELBO's sums over entries, from scatters).
     """
 
     def __init__(self, tables, rows, n, memo=None, tiny=TINY):
@@ -150,6 +151,9 @@ class GatheredSoftmax:
         if self._seg is not None:
             seg, a, blocks = self._seg
             s = seg.rowdot(self._exp[a][0], blocks)
+        elif len(self.tables) == 1 and self.rows[0] is not None:
+            # one table (z at its prior theta[doc]): the row sums of E, gathered
+            s = np.take(np.einsum("rk->r", self._exp[0][0]), self.rows[0])
         else:
             G = [self._gathered(j) for j in range(len(self.tables))]
             if len(G) == 1:
@@ -215,6 +219,8 @@ class GatheredSoftmax:
             self.memo["segments"] = (tuple(self.rows), a, seg)
         if seg is None:
             return None
+        for j in gathered:   # gathers kept by another path are not needed here
+            self.memo.pop(("gather", j), None)
         b = gathered[1] if a == gathered[0] else gathered[0]
         Tb, rb = self.tables[b], self.rows[b]
         hit = self.memo.get("blocks")
@@ -297,6 +303,37 @@ class GatheredSoftmax:
             wf = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=float)[rows]
             np.add.at(out, idx[rows], wf[:, None] * exact)
         return out
+
+    def expect(self, table, idx, weights=None):
+        """sum_n w_n sum_k p[n, k] table[idx[n], k] without building p: the sum of
+        ``table`` times the :meth:`scatter` of p over ``idx`` (one of the row arrays, the
+        same object; None: ``table`` is one row shared by every entry, times the column
+        sums of a scatter). ``weights`` (n,) or None (ones). None when it cannot be
+        computed so (then use p)."""
+        if weights is not None and np.shape(weights) != (self.n,):
+            return None
+        if idx is None:
+            j = next((j for j, r in enumerate(self.rows) if r is not None), None)
+            if j is None or np.size(table) != self.K:
+                return None
+            S = self.scatter(self.rows[j], weights, len(self._exp[j][0]))
+            return None if S is None else float(np.sum(S.sum(axis=0) * np.reshape(table, -1)))
+        S = self.scatter(idx, weights, len(table))
+        return None if S is None else float(np.sum(S * table))
+
+    def entropy_sum(self, weights=None):
+        """sum_n w_n H[q_n] = sum_n w_n (log Z_n - <p_n, lam_n>), with the inner products
+        as :meth:`expect` of each table (no p, no lam); None when one cannot be."""
+        if weights is not None and np.shape(weights) != (self.n,):
+            return None
+        logz = self.log_partition
+        total = float(np.sum(logz if weights is None else np.asarray(weights, float) * logz))
+        for T, r in zip(self.tables, self.rows):
+            e = self.expect(T, r, weights)
+            if e is None:
+                return None
+            total -= e
+        return total
 
     def _pattern(self, a, b, n_out, v):
         """The sparse (n_out, R_b) matrix of v at (rows_a[n], rows_b[n]); its structure

@@ -742,7 +742,9 @@ class Stochastic(Node):
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
         if not self.observed and not self.point:
-            total += _weighted_sum(self.entropy(), w, self.plates)
+            q = getattr(self, "_factored", None)   # a factored q: from scatters, without p
+            h = None if q is None else q.entropy_sum(w)
+            total += _weighted_sum(self.entropy(), w, self.plates) if h is None else h
         return total
 
 

@@ -80,6 +80,24 @@ class CategoricalFactor(Conditional):
             return gather_last(lp, x.value)
         return np.einsum("...k,...k->...", x.moments[0], lp)
 
+    def weighted_loglik(self, x, u, w):
+        """sum_n w_n E[log p(z_n | p)]; for a factored q(z) (families/gathered.py: LDA's
+        z) whose p is a gather source[idx] or one shared row, from one scatter of q
+        (:meth:`~blrgraph.families.gathered.GatheredSoftmax.expect`), without q's
+        entries x K array."""
+        fast = self._factored_loglik(w)
+        return super().weighted_loglik(x, u, w) if fast is None else fast
+
+    def _factored_loglik(self, w):
+        q = getattr(self.node, "_factored", None)
+        if q is None or self.node.point:
+            return None
+        terms = self.prior_terms()
+        if terms is None:
+            return None
+        (table,), (idx,) = terms
+        return q.expect(table, idx, w)
+
     def message(self, i, x, u, w, target):
         K = self.n_categories()
         if x.value is not None:
@@ -144,6 +162,21 @@ class CategoricalFactor(Conditional):
         if all(s == 1 for s in p.plates):
             return [np.reshape(lp, (1, -1))], [None]
         return None
+
+    def factored_counts(self, q, x, w, target):
+        """The message to p (K, V) of a mixture of Categoricals over observed labels x
+        whose assignments' q is factored (families/gathered.py):
+        counts[k, v] = sum_n w_n q_n(k) [x_n = v], the :meth:`scatter` of q over the
+        labels (one sparse product, without q's entries x K array). None unless the
+        labels are one of q's row arrays and p has the K components as its one plate
+        axis."""
+        lp = self.parents[0].moments()[0]
+        if x.value is None or np.ndim(lp) != 2 or tuple(target) != np.shape(lp)[:1]:
+            return None
+        if w is not None and np.shape(w) != (q.n,):
+            return None
+        S = q.scatter(x.value, w, np.shape(lp)[1])
+        return None if S is None else (np.ascontiguousarray(S.T),)
 
     def loglik_terms(self, x, u, plates):
         """E[log p(x | p_k)] of observed labels x for every component k, as a gathered

@@ -247,6 +247,9 @@ class MixtureFactor(Conditional):
         return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp, r))
 
     def weighted_loglik(self, x, u, w):
+        fast = self._factored_loglik(x, u, w)
+        if fast is not None:
+            return fast
         r, ucomp = self._split(u)
         plan = self._flat(x, r, ucomp)
         if plan is None or plan[2] == 1:
@@ -254,7 +257,31 @@ class MixtureFactor(Conditional):
         R = plan[1]
         return float(np.einsum("nk,nk->", r.reshape(R, self.K), self._row_loglik(x, ucomp, r, w)))
 
+    def _factored_q(self):
+        """q(z) when it is factored (families/gathered.py: a sum of gathered tables)."""
+        z = self.parents[0]
+        q = getattr(z, "_factored", None)
+        return None if q is None or getattr(z, "point", False) else q
+
+    def _factored_loglik(self, x, u, w):
+        """The ELBO term sum_n w_n sum_k q_n(k) E[log p(x_n | theta_k)] of a factored q(z)
+        with a component that gives its log-likelihoods as a gathered table (LDA's words):
+        the table times one scatter of q, without q's entries x K array; None otherwise."""
+        q = self._factored_q()
+        if q is None or getattr(x, "cells", None) is not None:
+            return None
+        terms = self.component.loglik_terms(x, u[1:], self.node.plates)
+        if terms is None or len(terms[0]) != 1:
+            return None
+        return q.expect(terms[0][0], terms[1][0], w)
+
     def message(self, i, x, u, w, target):
+        q = self._factored_q() if i > 0 else None
+        hook = getattr(self.component, "factored_counts", None)
+        if q is not None and hook is not None and i == 1 and len(self.component.parents) == 1:
+            fast = hook(q, x, w, target)   # a mixture of Categoricals: one scatter of q(z)
+            if fast is not None:
+                return fast
         r, ucomp = self._split(u)
         plan = self._flat(x, r, ucomp)
         if i == 0:
