@@ -360,3 +360,25 @@ def test_lda_elbo_terms_and_topic_message_from_scatters_equal_the_dense_ones(mon
     np.testing.assert_allclose(fast[1], dense[1], rtol=1e-12)
     assert fast[2].shape == dense[2].shape == (3, 30)
     np.testing.assert_allclose(fast[2], dense[2], rtol=1e-12, atol=1e-300)
+
+
+def test_a_row_view_keeps_a_factored_q_factored_and_restores_it():
+    """Restricting a node whose q is factored (a row view of the local block) builds no
+    dense lam of all entries: the view's q is the same softmax on its entries (lam, p,
+    log Z read there equal the full ones' rows); restoring gives the full q back."""
+    m = _ragged_lda(seed=6)
+    m.fit("vmp", max_iter=2, tol=0, seed=0)
+    z = m["z"]
+    blr.blr_step(m, z)
+    q = z._factored
+    full_lam, full_p = q.lam(), GatheredSoftmax(q.tables, q.rows, q.n).p
+    rows = np.flatnonzero(np.random.default_rng(0).random(q.n) < 0.3)
+    state = z.restrict(rows, lambda a, r: None if a is None else np.asarray(a)[r])
+    assert z._nat is None and z.plates == (len(rows),)
+    np.testing.assert_allclose(z.nat[0], full_lam[rows], rtol=1e-15)
+    np.testing.assert_allclose(z.moments()[0], full_p[rows], rtol=1e-13)
+    np.testing.assert_allclose(z._factored.log_partition, q.log_partition[rows], rtol=1e-14)
+    z.set_natural(z.nat)        # the view's own update
+    z.restore(state)
+    assert z._factored is q and z._nat is None and z.plates == (q.n,)
+    np.testing.assert_allclose(z.nat[0], full_lam, rtol=1e-15)

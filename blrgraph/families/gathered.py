@@ -304,6 +304,23 @@ class GatheredSoftmax:
             np.add.at(out, idx[rows], wf[:, None] * exact)
         return out
 
+    def restricted(self, entries):
+        """This q on ``entries`` only (:class:`RestrictedSoftmax`, built when read)."""
+        return RestrictedSoftmax(self, np.asarray(entries))
+
+    def scatter_kept(self, idx, weights, n_out):
+        """:meth:`scatter`, kept on this q for the same ``idx`` and ``weights`` objects
+        (the ELBO and the topics' message ask for the same sums); read-only."""
+        kept = self.__dict__.setdefault("_kept", [])
+        for i, w, out in kept:
+            if i is idx and w is weights:
+                return out
+        out = self.scatter(idx, weights, n_out)
+        if out is not None:
+            out.flags.writeable = False
+            kept.append((idx, weights, out))
+        return out
+
     def expect(self, table, idx, weights=None):
         """sum_n w_n sum_k p[n, k] table[idx[n], k] without building p: the sum of
         ``table`` times the :meth:`scatter` of p over ``idx`` (one of the row arrays, the
@@ -316,9 +333,9 @@ class GatheredSoftmax:
             j = next((j for j, r in enumerate(self.rows) if r is not None), None)
             if j is None or np.size(table) != self.K:
                 return None
-            S = self.scatter(self.rows[j], weights, len(self._exp[j][0]))
+            S = self.scatter_kept(self.rows[j], weights, len(self._exp[j][0]))
             return None if S is None else float(np.sum(S.sum(axis=0) * np.reshape(table, -1)))
-        S = self.scatter(idx, weights, len(table))
+        S = self.scatter_kept(idx, weights, len(table))
         return None if S is None else float(np.sum(S * table))
 
     def entropy_sum(self, weights=None):
@@ -350,6 +367,26 @@ class GatheredSoftmax:
         order, M = hit[2], hit[3]
         M.data = v if order is None else v[order]
         return M
+
+
+class RestrictedSoftmax:
+    """A :class:`GatheredSoftmax` restricted to some of its entries (a row view of the
+    local block, which updates the node before reading it): the dense lam of those
+    entries on :meth:`lam`, the full object on any other use, built then."""
+
+    def __init__(self, q, entries):
+        self._args = (q.tables, [None if r is None else r[entries] for r in q.rows], len(entries))
+        self._q = None
+
+    def lam(self):
+        return gathered_sum(*self._args)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_args", "_q"):
+            raise AttributeError(name)
+        if self._q is None:
+            self._q = GatheredSoftmax(*self._args)
+        return getattr(self._q, name)
 
 
 def gathered_softmax(tables, rows, n, memo=None, tiny=TINY):

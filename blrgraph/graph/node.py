@@ -443,7 +443,8 @@ class Stochastic(Node):
         return plates
 
     def restrict(self, rows, cut, source_rows=None):
-        nat = None if self.observed else self.nat  # (a factored q is read at the full plates)
+        q = None if self.observed or self._nat is not None else getattr(self, "_factored", None)
+        nat = None if self.observed or q is not None else self.nat
         state = super().restrict(rows, cut)
         if self.observed:
             state.update(value=self.value, mask=self.mask, weights=self.weights,
@@ -455,6 +456,10 @@ class Stochastic(Node):
                 self.mask = cut(self.mask, rows)
                 self.weights = cut(self.weights, rows)
             self._obs_moments = None
+        elif q is not None:   # a factored q stays factored: its rows, built if read
+            state.update(_nat=None, _factored=q, _moments=self._moments)
+            self._factored = q.restricted(rows)
+            self._moments = None
         else:
             state.update(nat=nat, _moments=self._moments)
             self.nat = tuple(np.broadcast_to(a, state["plates"] + np.shape(a)[np.ndim(a) - k:])[rows]

@@ -175,7 +175,7 @@ class CategoricalFactor(Conditional):
             return None
         if w is not None and np.shape(w) != (q.n,):
             return None
-        S = q.scatter(x.value, w, np.shape(lp)[1])
+        S = q.scatter_kept(x.value, w, np.shape(lp)[1])
         return None if S is None else (np.ascontiguousarray(S.T),)
 
     def loglik_terms(self, x, u, plates):
