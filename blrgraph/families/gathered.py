@@ -84,6 +84,11 @@ class Segments:
             i = j
         # one bucket of every row in order: its entries are 0..n-1 in order
         self.whole = len(self.buckets) == 1 and isinstance(self.buckets[0][0], slice)
+        # the buckets' padded layouts one after the other, and each entry's place there
+        self.offsets = np.concatenate([[0], np.cumsum([m * L for _, m, L, _, _ in self.buckets])])
+        self.place = np.empty(self.n, dtype=np.intp)
+        for (_, _, _, ent, pos), off in zip(self.buckets, self.offsets):
+            self.place[ent] = pos + off
 
     def pad_index(self, rows, dummy):
         """For each bucket, ``rows`` at its entries in the padded layout, (bucket rows * L,),
@@ -104,13 +109,10 @@ class Segments:
 
     def rowdot(self, table, blocks):
         """s[n] = sum_k table[row of n, k] * (n's entry of ``blocks``), (n,)."""
-        if self.whole:
-            (sel, m, L, ent, pos), = self.buckets
-            return np.einsum("dlk,dk->dl", blocks[0], table).reshape(-1)[pos]
-        s = np.empty(self.n)
-        for (sel, m, L, ent, pos), blk in zip(self.buckets, blocks):
-            s[ent] = np.einsum("dlk,dk->dl", blk, table[sel]).reshape(-1)[pos]
-        return s
+        out = np.empty(self.offsets[-1])
+        for (sel, m, L, _, _), blk, off in zip(self.buckets, blocks, self.offsets):
+            np.einsum("dlk,dk->dl", blk, table[sel], out=out[off:off + m * L].reshape(m, L))
+        return np.take(out, self.place)
 
 
 def gathered_sum(tables, rows, n):
