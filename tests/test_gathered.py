@@ -382,3 +382,27 @@ def test_a_row_view_keeps_a_factored_q_factored_and_restores_it():
     z.restore(state)
     assert z._factored is q and z._nat is None and z.plates == (q.n,)
     np.testing.assert_allclose(z.nat[0], full_lam, rtol=1e-15)
+
+
+def test_a_row_view_that_keeps_a_factored_node_writes_its_rows_back():
+    """A row view with ``keep`` (SVI's final local pass) of a node whose q is factored:
+    on exit the full natural parameter holds the view's rows and the others' values."""
+    from blrgraph.inference.structure import Structure
+    from blrgraph.inference.views import RowView
+    m = _ragged_lda(seed=8)
+    m.fit("vmp", max_iter=2, tol=0, seed=0)
+    z, theta = m["z"], m["theta"]
+    blr.blr_step(m, z)
+    assert z._nat is None
+    full = z._factored.lam()
+    structure = Structure(m, "theta")
+    docs = np.array([1, 4, 7])
+    with RowView(m, structure, docs, keep=[z]) as view:
+        inside = view.idx[z]
+        blr.blr_step(m, z)        # the view's own update of its entries
+        new_rows = z.nat[0].copy()
+    assert z._factored is None
+    expect = full.copy()
+    expect[inside] = new_rows
+    np.testing.assert_allclose(z.nat[0], expect, rtol=1e-15)
+    assert z.plates == (full.shape[0],)

@@ -104,6 +104,10 @@ class RowView(DataView):
     def __exit__(self, *exc):
         for n in self.keep:
             state = self.saved[n]
+            if "nat" not in state:   # a factored q, kept factored by restrict: now dense
+                lam = state.pop("_factored").lam()
+                state.pop("_nat", None)
+                state["nat"] = (lam.reshape(state["plates"] + (-1,)),)
             full = [np.array(np.broadcast_to(a, state["plates"] + np.shape(a)[np.ndim(a) - k:]))
                     for a, k in zip(state["nat"], n.family.event_ndims)]
             for arr, a in zip(full, n.nat):
