@@ -85,7 +85,8 @@ class Segments:
         # one bucket of every row in order: its entries are 0..n-1 in order
         self.whole = len(self.buckets) == 1 and isinstance(self.buckets[0][0], slice)
         # the buckets' padded layouts one after the other, and each entry's place there
-        self.offsets = np.concatenate([[0], np.cumsum([m * L for _, m, L, _, _ in self.buckets])])
+        self.offsets = np.concatenate([[0], np.cumsum([m * L for _, m, L, _, _ in self.buckets],
+                                                      dtype=np.intp)]).astype(np.intp)
         self.place = np.empty(self.n, dtype=np.intp)
         for (_, _, _, ent, pos), off in zip(self.buckets, self.offsets):
             self.place[ent] = pos + off
