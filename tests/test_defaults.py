@@ -1,7 +1,7 @@
 """Right answers by default: fit(method) with no options finds good optima.
 
-The scheduler, not the caller, owns the start (k-means for mixtures over data, random
-topics for per-entry mixture weights), the schedule of the local block (batch VB with
+The scheduler, not the caller, owns the start (k-means for mixtures over data, k-means of
+the documents for LDA's per-entry mixture weights), the schedule of the local block (batch VB with
 per-entry convergence), restarts, and what counts as converged (never a symmetric
 saddle point). Each test here passes no option beyond the method (and a seed)."""
 import warnings
@@ -107,8 +107,95 @@ def test_the_lda_default_start_is_the_update_from_random_topics():
     r = starts.topics_responsibilities(model, z, np.random.default_rng(7))
     np.testing.assert_allclose(r, want, rtol=1e-10)
     np.testing.assert_allclose(phi.nat[0], lam - 1.0)       # the topics keep the random start
-    assert starts.default_start(_structure(model), z) == "topics"
+
+
+def pure_lda(D=60, K=3, V=30, L=40, seed=0, masked=0):
+    """Every document drawn from one topic, the topics on disjoint blocks of words: the
+    documents' clusters are the topics. Returns the model, nodes, each document's topic,
+    the entries' words and counts (masked entries: count 0) and the mask."""
+    rng = np.random.default_rng(seed)
+    label = rng.permutation(np.arange(D) % K)
+    topics = np.zeros((K, V))
+    for k in range(K):
+        topics[k, k * (V // K):(k + 1) * (V // K)] = rng.dirichlet(np.ones(V // K))
+    counts = np.array([rng.multinomial(L, topics[label[d]]) for d in range(D)])
+    doc, word = np.nonzero(counts)
+    mask = np.ones(len(doc), dtype=bool)
+    mask[rng.choice(len(doc), size=masked, replace=False)] = False
+    theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    w = counts[doc, word].astype(float)
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(
+        word, weights=w, mask=None if not masked else mask)
+    return bg.Model(y), z, phi, label, doc, word, w * mask
+
+
+@pytest.mark.parametrize("masked", [0, 25])
+def test_the_lda_default_start_is_kmeans_of_the_documents(masked):
+    """init="documents" (the batch default for z under theta[doc]): the documents fall into
+    their topics' clusters, topic k starts at its prior (0.1) plus the word counts of one
+    cluster (masked entries count nothing), and z is their update with theta at its prior
+    (at a masked entry: the prior):
+    q(z_n = k) proportional to exp(psi(l_kw) - psi(sum_v l_kv))."""
+    from scipy.special import digamma, softmax
+    from blrgraph.inference import starts
+    model, z, phi, label, doc, word, w = pure_lda(masked=masked)
+    K, V, D = 3, 30, 60
+    r = starts.documents_responsibilities(model, z, K, np.random.default_rng(3))
+    counts = np.zeros((K, V))
+    np.add.at(counts, (label[doc], word), w)
+    lam = phi.nat[0] + 1.0
+    found = lam - 0.1
+    # each start topic is the counts of one true cluster (the order of clusters is free)
+    match = [int(np.argmin(np.abs(counts - found[k]).sum(1))) for k in range(K)]
+    assert sorted(match) == list(range(K))
+    np.testing.assert_allclose(found, counts[match], atol=1e-12)
+    want = softmax((digamma(lam) - digamma(lam.sum(1, keepdims=True)))[:, word].T, axis=1)
+    want[w == 0] = 1.0 / K          # a masked word says nothing: z at theta's (uniform) prior
+    np.testing.assert_allclose(r, want, rtol=1e-10)
+    assert starts.default_start(_structure(model), z) == "documents"
     assert starts.default_start(_structure(model), z, batch=False) == "diffuse"
+    fit = model.fit("vmp", seed=0)
+    assert fit.start == "documents"
+
+
+def test_spherical_kmeans_finds_separated_directions_and_ignores_empty_rows():
+    """Rows near three orthogonal directions (and rows of zeros, which take no part) are
+    grouped by direction whatever the seed; the objective is sum(1 - max cosine)."""
+    import scipy.sparse as sp
+    from blrgraph.inference.starts import spherical_kmeans
+    rng = np.random.default_rng(0)
+    truth = np.repeat(np.arange(3), 20)
+    X = np.abs(rng.normal(0, 0.05, size=(60, 9)))
+    for k in range(3):
+        X[truth == k, 3 * k:3 * k + 3] += 1.0
+    X = np.vstack([X, np.zeros((5, 9))])
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
+    for seed in range(5):
+        labels, objective = spherical_kmeans(sp.csr_matrix(X), 3, np.random.default_rng(seed))
+        assert adjusted_rand_score(truth, labels[:60]) == 1.0
+        C = np.stack([X[:60][labels[:60] == k].sum(0) for k in range(3)])
+        C /= np.linalg.norm(C, axis=1, keepdims=True)
+        np.testing.assert_allclose(objective, np.sum(1.0 - (X[:60] @ C.T).max(1)), rtol=1e-12)
+
+
+def test_the_documents_start_needs_an_lda_shape():
+    """An explicit init="documents" on a model without per-document weights over the
+    words of a Dirichlet topic node is refused naming the fix."""
+    rng = np.random.default_rng(1)
+    D, per = 40, 10
+    doc = np.repeat(np.arange(D), per)
+    theta = bg.Dirichlet(np.ones(2), plates=(D,), name="theta")
+    phi = bg.Dirichlet(np.ones(5), plates=(2,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(rng.integers(0, 5, size=D * per))
+    bg.Model(y).fit("vmp", init="documents", max_iter=2)       # the LDA shape: accepted
+    mu = bg.Normal(0.0, 0.01, plates=(2,), name="mu")
+    z2 = bg.Categorical(theta[doc], name="z2")
+    x = bg.Mixture(z2, bg.Normal, mu, 1.0, name="x").observe(rng.normal(size=D * per))
+    with pytest.raises(ValueError, match="init='documents'.*use init='topics'"):
+        bg.Model(x).fit("vmp", init="documents", max_iter=2)
 
 
 def _structure(model):
@@ -148,7 +235,8 @@ def test_the_local_budget_follows_the_topics_movement():
 
 def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():
     """A per-document mixture of Gaussians has no topics to draw: an explicit
-    init="topics" is refused naming the fix; the default uses "diffuse"."""
+    init="topics" is refused naming the fix; the default ("documents", then "topics")
+    falls back to "diffuse"."""
     rng = np.random.default_rng(1)
     D, per = 40, 10
     doc = np.repeat(np.arange(D), per)

@@ -130,9 +130,10 @@ def plan_run(model, method, opts, structure, restart=0):
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
-        if any(isinstance(v, str) and v == "topics" for v in starts.values()):
-            raise ValueError("init='topics' draws the topics on the driver and needs every row's "
-                             "assignments there; with Dask-backed data use init='diffuse'")
+        driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
+        if driver:
+            raise ValueError(f"init={driver[0]!r} sets the topics on the driver and needs every "
+                             f"row's assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
 
