@@ -446,6 +446,32 @@ def report_gmm(out, kind):
             f" between the priors sklearn resolved and the declared ones: {prior_diff:.1e}")
 
 
+POLICIES = (("kmeans",), ("kmeans", "random", "random"), ("kmeans", "random"), ("kmeans", "kmeans++", "random"),
+            ("kmeans", "kmeans++"))
+
+
+def restart_policies(runs, sk_best, R):
+    """fit(restarts=R, seed=s) simulated from single fits: restart r is the fit
+    fit(init=policy[r % len(policy)], seed=s + r) (tests/test_defaults.py checks that a
+    restart is that fit), for every s whose s + R - 1 was run."""
+    out = []
+    for policy in POLICIES:
+        if any(p not in runs for p in policy):
+            continue
+        n = min(len(runs[p]["rows"]) for p in policy) - R + 1
+        if n <= 0:
+            continue
+        kept = []
+        for s in range(n):
+            fits = [runs[policy[r % len(policy)]]["rows"][s + r] for r in range(R)]
+            kept.append(max(fits, key=lambda f: f["elbo"]))
+        el = np.array([f["elbo"] for f in kept])
+        out.append([", ".join(policy[r % len(policy)] for r in range(R)), n,
+                    f"{np.mean(el >= sk_best - 1e-6 * abs(sk_best)):.2f}", f"{np.median(el):.3f}",
+                    f"{np.mean([f['ari'] for f in kept]):.3f}"])
+    return out
+
+
 def report_gmm_starts(out):
     for key, d in out.get("gmm_starts", {}).items():
         print(f"\n### Start types [{d['priors']} priors], {d['dataset']}: {d['desc']}, K={d['K']}; sklearn n_init="
@@ -479,6 +505,11 @@ def report_gmm_starts(out):
         from scipy.stats import spearmanr
         rho = spearmanr(es, aris).correlation if len(es) > 2 else float("nan")
         best_ari = max(optima, key=lambda e: max(optima[e]["ari"]))
+        pol = restart_policies(d["runs"], sk, out["restarts"])
+        if pol:
+            print()
+            print(C.md_table(["restart starts (simulated)", "values of s", "share >= sklearn's best",
+                              "median kept ELBO", "mean ARI of the kept fit"], pol))
         print(f"\n{len(es)} distinct optima over all starts; Spearman(ELBO, ARI) over them {rho:+.2f}; the optimum "
               f"closest to the classes: ELBO {best_ari:.2f}, ARI {max(optima[best_ari]['ari']):.3f} "
               f"(rank {sorted(optima, reverse=True).index(best_ari) + 1}). Largest |fit.elbo - scorer| / |scorer|: "
