@@ -23,7 +23,9 @@ Parts (``--parts``, comma-separated; default all):
   early shows as such.
 * ``gmm-starts``: each start type alone (``fit("vmp", init=start, seed=s)``, s <
   ``--start-seeds``) on ``--starts-data`` (wine, breast cancer) under ``--priors``: the
-  distinct optima, the best ELBO, the ARI of the best optima, Spearman(ELBO, ARI).
+  distinct optima, the best ELBO, the ARI of the best optima, Spearman(ELBO, ARI), and
+  restart policies simulated from the single fits. ``sklearn-kmeans`` starts from the
+  one-hot labels of one sklearn KMeans(K, n_init=1) run (the start of one sklearn init).
 * ``lda``: LDA declared from nodes (bench_lda.build_blrgraph: theta[doc],
   Mixture(z, Categorical, phi), weights=counts), plain ``fit("vmp")`` (a callback
   evaluates held-out document completion after every sweep, excluded from the clock,
@@ -212,6 +214,15 @@ def part_gmm(args, out):
         out["gmm" if kind == "bench" else f"gmm_{kind}"] = res
 
 
+def sklearn_kmeans_start(X, K, seed):
+    """The start of one scikit-learn BayesianGaussianMixture init (init_params="kmeans"):
+    one-hot labels of KMeans(K, n_init=1, random_state=RandomState(seed)), passed to
+    fit(init=...) as explicit responsibilities."""
+    from sklearn.cluster import KMeans
+    labels = KMeans(K, n_init=1, random_state=np.random.RandomState(seed)).fit(X).labels_
+    return np.eye(K)[labels]
+
+
 def part_gmm_starts(args, out):
     """Each start type alone: fit("vmp", init=start, seed=s) for s < --start-seeds on the
     datasets of --starts-data, under each prior set of --priors: the optima reached
@@ -231,7 +242,8 @@ def part_gmm_starts(args, out):
                 c0 = time.process_time()
                 for s in range(args.start_seeds):
                     model, nodes = G.build_blrgraph(X, K, pri)
-                    fr = model.fit("vmp", init=start, seed=s)
+                    fr = model.fit("vmp", init=sklearn_kmeans_start(X, K, s) if start == "sklearn-kmeans" else start,
+                                   seed=s)
                     r, params = G.blrgraph_params(nodes)
                     e = G.evaluate_elbo(X, r, params, pri)
                     rows.append({"seed": s, "elbo": e, "self_rel": abs(float(fr.elbo) - e) / abs(e),
@@ -561,7 +573,9 @@ def main(argv=None):
     ap.add_argument("--sk-tight", default="1e-8,2000",
                     help="GMM: also run sklearn with 'tol,max_iter' (its converged optimum); 'none' to skip")
     ap.add_argument("--starts-data", default="wine,breast_cancer", help="gmm-starts: datasets")
-    ap.add_argument("--start-types", default="kmeans,kmeans++,random", help="gmm-starts: fit(init=...) values")
+    ap.add_argument("--start-types", default="kmeans,kmeans++,random,sklearn-kmeans",
+                    help="gmm-starts: fit(init=...) values; 'sklearn-kmeans' = one sklearn k-means init "
+                         "(one-hot KMeans(K, n_init=1) labels) as an explicit start")
     ap.add_argument("--start-seeds", type=int, default=100, help="gmm-starts: seeds per start type")
     ap.add_argument("--gmm-restart-starts", help="GMM, an experiment: the default starts of restarts "
                                                  "0, 1, ... (cycled), e.g. 'kmeans' for k-means only")
