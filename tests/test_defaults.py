@@ -336,6 +336,53 @@ def test_restarts_on_wine_reach_at_least_sklearns_optimum(seed):
     assert fit.elbo >= sk - 1e-6 * abs(sk), (fit.restart_elbos, sk)
 
 
+def test_sklearns_default_priors_declared_from_nodes_are_sklearns():
+    """scikit-learn's own default priors (weight_concentration_prior = 1/K < 1,
+    degrees_of_freedom_prior = D, covariance_prior = cov X, i.e. NormalWishart(mean, 1,
+    D, inv(cov X)) and Dirichlet(1/K), docs/benchmarks.md §8.2.2), declared from nodes:
+    fit("vmp")'s ELBO is the full Bishop ELBO of its state; sklearn's converged fit with
+    its prior arguments left at None, scored by the same formula, is lower_bound_ + C
+    (docs/math.md §7.1) for these priors, and blrgraph started from sklearn's
+    responsibilities stays at that ELBO (sklearn's optimum is a fixed point of the same
+    model)."""
+    from sklearn.datasets import load_wine
+    from sklearn.mixture import BayesianGaussianMixture
+    from helpers_vbgmm import full_elbo, sklearn_constant
+    X = load_wine().data
+    X = (X - X.mean(0)) / X.std(0)
+    N, D = X.shape
+    K = 3
+    pri = (1.0 / K, X.mean(0), 1.0, float(D), np.linalg.inv(np.cov(X.T)))
+
+    def model():
+        w = bg.Dirichlet(pri[0] * np.ones(K), name="w")
+        theta = bg.NormalWishart(pri[1], pri[2], pri[3], pri[4], plates=(K,), name="theta")
+        z = bg.Categorical(w, plates=(N,), name="z")
+        y = bg.Mixture(z, bg.MultivariateNormal, theta, name="y").observe(X)
+        return bg.Model(y), w, theta, z
+
+    def state(w, theta, z):
+        P = theta.posterior.params
+        return z.posterior.mean, w.posterior.params["alpha"], P["mean"], P["beta"], P["dof"], P["scale"]
+
+    m, w, theta, z = model()
+    fit = m.fit("vmp", seed=0)
+    np.testing.assert_allclose(fit.elbo, full_elbo(X, *state(w, theta, z), *pri), rtol=1e-10)
+
+    sk = BayesianGaussianMixture(n_components=K, covariance_type="full",
+                                 weight_concentration_prior_type="dirichlet_distribution", reg_covar=0.0,
+                                 tol=1e-10, max_iter=5000, random_state=0).fit(X)
+    assert sk.converged_
+    nu = sk.degrees_of_freedom_
+    q = (sk.predict_proba(X), sk.weight_concentration_, sk.means_, sk.mean_precision_, nu,
+         np.linalg.inv(sk.covariances_ * nu[:, None, None]))
+    L_sk = full_elbo(X, *q, *pri)
+    np.testing.assert_allclose(L_sk, sk.lower_bound_ + sklearn_constant(N, D, K, pri[0], pri[2], pri[3], pri[4]),
+                               rtol=1e-9)
+    m2, *_ = model()
+    np.testing.assert_allclose(m2.fit("vmp", init=q[0]).elbo, L_sk, rtol=1e-8)
+
+
 def test_an_explicit_start_gives_identical_iterates_twice():
     X = _hard_data()
     R0 = np.random.default_rng(5).dirichlet(np.ones(5), size=len(X))
