@@ -578,7 +578,8 @@ def main(argv=None):
                          "(one-hot KMeans(K, n_init=1) labels) as an explicit start")
     ap.add_argument("--start-seeds", type=int, default=100, help="gmm-starts: seeds per start type")
     ap.add_argument("--gmm-restart-starts", help="GMM, an experiment: the default starts of restarts "
-                                                 "0, 1, ... (cycled), e.g. 'kmeans' for k-means only")
+                                                 "(restart 0, then the others in turn; 'screened' for "
+                                                 "the screened start), e.g. 'kmeans' for k-means only")
     ap.add_argument("--lda-repeats", type=int, default=1,
                     help="LDA: runs with seed i for blrgraph and random_state i for sklearn, i < n")
     ap.add_argument("--lda-options", help="LDA: extra fit options as JSON (for experiments; "

@@ -22,7 +22,8 @@ that breaks the symmetry between components (docs/scheduler.md, "Starts").
   ``"topics"`` has no Dirichlet component parameter): Dirichlet(10) responsibilities,
   close to uniform.
 * ``"random"``: Dirichlet(1) responsibilities (with ``restarts=R`` and no ``init=``,
-  the default of a mixture over data in restarts 1, 2, 4, 5, ...: RESTART_STARTS).
+  the default of a mixture over data in restarts 1, 3, 5, ...; restarts 2, 4, ... are
+  screened: RESTART_STARTS, SCREEN_STARTS).
 * an array (responsibilities of the one assignment node) or ``{node: array}``.
 """
 from __future__ import annotations
@@ -130,21 +131,34 @@ def start_assignment(model, z, rng, init):
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
 
 
-#: the default starts of a mixture over data in restarts 0, 1, 2, ... (cycled): k-means
-#: first (the start of a single fit), then starts that k-means cannot give; measured
-#: in docs/benchmarks.md §8.2 (wine: k-means from any seeding reaches a handful of
-#: optima, random responsibilities reach higher ones)
-RESTART_STARTS = ("kmeans", "random", "random")
+#: the default starts of a mixture over data in restarts 0, 1, 2, ...: k-means (the
+#: start of a single fit), then a random start and a screened one in turn; "screened"
+#: is the best of SCREEN_STARTS (each with its own seed) after SCREEN_SWEEPS sweeps
+#: (docs/scheduler.md "Restarts"; measured in docs/benchmarks.md §8.2.3: random starts
+#: reach optima that k-means starts do not, screening finds good ones among many starts)
+RESTART_STARTS = ("kmeans", "random", "screened")
+SCREEN_STARTS = ("kmeans", "kmeans++", "kmeans", "random")
+SCREEN_SWEEPS = 10
+
+
+def restart_start(restart):
+    """The default start of restart ``restart`` of a mixture over data: RESTART_STARTS[0]
+    first, then RESTART_STARTS[1:] in turn."""
+    if restart == 0 or len(RESTART_STARTS) == 1:
+        return RESTART_STARTS[0]
+    return RESTART_STARTS[1 + (restart - 1) % (len(RESTART_STARTS) - 1)]
 
 
 def default_start(structure, z, restart=0, batch=True):
     """For per-entry mixture weights (z's prior is a local node: LDA's theta[doc]):
     "documents" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
-    mixture over data, RESTART_STARTS[restart] (cycled): "kmeans" for a single fit."""
+    mixture over data, restart_start(restart): "kmeans" for a single fit (a "screened"
+    restart where fit() does not screen, e.g. on Dask, is "random")."""
     local = set(structure.links)
     if any(p in local for p in z.parents):
         return "documents" if batch else "diffuse"
-    return RESTART_STARTS[restart % len(RESTART_STARTS)]
+    name = restart_start(restart)
+    return "random" if name == "screened" else name
 
 
 def topics_responsibilities(model, z, rng):
