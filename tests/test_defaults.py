@@ -196,6 +196,14 @@ def test_the_documents_start_needs_an_lda_shape():
     x = bg.Mixture(z2, bg.Normal, mu, 1.0, name="x").observe(rng.normal(size=D * per))
     with pytest.raises(ValueError, match="init='documents'.*use init='topics'"):
         bg.Model(x).fit("vmp", init="documents", max_iter=2)
+    # fewer documents than topics: no K clusters to draw; the default falls back to topics
+    few = bg.Dirichlet(np.ones(5), plates=(3,), name="few")
+    z3 = bg.Categorical(few[np.repeat(np.arange(3), 10)], name="z3")
+    phi3 = bg.Dirichlet(np.ones(5), plates=(5,), name="phi3")
+    y3 = bg.Mixture(z3, bg.Categorical, phi3, name="y3").observe(rng.integers(0, 5, size=30))
+    with pytest.raises(ValueError, match="fewer than K=5 documents"):
+        bg.Model(y3).fit("vmp", init="documents", max_iter=2)
+    assert bg.Model(y3).fit("vmp", seed=0, max_iter=5).start == "topics"
 
 
 def _structure(model):
@@ -248,6 +256,7 @@ def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():
     with pytest.raises(ValueError, match="init='diffuse'"):
         bg.Model(y).fit("vmp", init="topics", max_iter=2)
     fit = bg.Model(y).fit("vmp", seed=0, max_iter=50)
+    assert fit.start == "diffuse"          # FitResult.start names the start actually used
     assert np.all(np.isfinite(fit.elbo_trace))
     np.testing.assert_allclose(np.sort(mu.posterior.mean), [0.0, 4.0], atol=0.3)
 

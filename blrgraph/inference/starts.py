@@ -105,7 +105,8 @@ SOFT = 1e-3
 
 
 def start_assignment(model, z, rng, init):
-    """Set a mixture assignment to its starting responsibilities."""
+    """Set a mixture assignment to its starting responsibilities; returns the start
+    used (a default start that cannot work here: the one it fell back to)."""
     K = z.nat[0].shape[-1]
     if isinstance(init, Default):
         try:
@@ -115,7 +116,7 @@ def start_assignment(model, z, rng, init):
         if init.soft:
             r = (1.0 - SOFT) * np.exp(z.nat[0]) + SOFT / K
             z.set_natural((np.log(r),))
-        return
+        return init
     if isinstance(init, np.ndarray):
         r = init
     elif init in ("kmeans", "kmeans++"):
@@ -129,6 +130,7 @@ def start_assignment(model, z, rng, init):
     else:
         r = rng.dirichlet(np.ones(K), size=z.plates)
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
+    return init
 
 
 #: the default starts of a mixture over data in restarts 0, 1, 2, ...: k-means (the
