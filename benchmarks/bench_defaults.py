@@ -14,7 +14,18 @@ Parts (``--parts``, comma-separated; default all):
   Both solutions are scored by the same full ELBO (bench_gmm.evaluate_elbo, Bishop
   10.70-10.77) on (responsibilities, q(pi), q(mu, Lambda)); sklearn's state is read from
   its fitted attributes, its responsibilities from ``predict_proba``. ARI against the
-  known classes from the most probable component.
+  known classes from the most probable component. ``--priors sklearn`` (or
+  ``bench,sklearn``) uses scikit-learn's own default priors instead (alpha0 = 1/K,
+  beta0 = 1, nu0 = D, W0 = inv(cov X): bench_gmm.sklearn_priors), declared on the
+  blrgraph side and left at None on sklearn's; the priors sklearn resolved are compared
+  with the declared ones. sklearn also runs with ``--sk-tight`` (tol=1e-8, max_iter=2000
+  by default), its converged optimum, so an ARI that only comes from sklearn stopping
+  early shows as such.
+* ``gmm-starts``: each start type alone (``fit("vmp", init=start, seed=s)``, s <
+  ``--start-seeds``) on ``--starts-data`` (wine, breast cancer) under ``--priors``: the
+  distinct optima, the best ELBO, the ARI of the best optima, Spearman(ELBO, ARI), and
+  restart policies simulated from the single fits. ``sklearn-kmeans`` starts from the
+  one-hot labels of one sklearn KMeans(K, n_init=1) run (the start of one sklearn init).
 * ``lda``: LDA declared from nodes (bench_lda.build_blrgraph: theta[doc],
   Mixture(z, Categorical, phi), weights=counts), plain ``fit("vmp")`` (a callback
   evaluates held-out document completion after every sweep, excluded from the clock,
@@ -75,6 +86,22 @@ def gmm_datasets(names):
     return out
 
 
+PRIOR_SETS = ("bench", "sklearn")
+
+
+def gmm_priors(kind, X, K):
+    """``bench``: bench_gmm.make_priors (alpha0 = 1, beta0 = 1, nu0 = D + 2,
+    W0 = inv(cov X) / nu0, i.e. E[Lambda] = inv(cov X)). ``sklearn``: scikit-learn's own
+    defaults (bench_gmm.sklearn_priors: alpha0 = 1/K, beta0 = 1, nu0 = D, W0 = inv(cov X),
+    i.e. E[Lambda] = D inv(cov X)); sklearn then runs with its prior arguments left at
+    None and the priors it resolved are compared with these."""
+    if kind == "bench":
+        return G.make_priors(X)
+    if kind == "sklearn":
+        return G.sklearn_priors(X, K)
+    raise ValueError(f"unknown prior set {kind!r}: use one of {PRIOR_SETS}")
+
+
 def gmm_blrgraph(X, K, pri, restarts, seed):
     model, nodes = G.build_blrgraph(X, K, pri)
     stamps = []
@@ -88,21 +115,33 @@ def gmm_blrgraph(X, K, pri, restarts, seed):
     t, cpu = time.perf_counter() - t0, time.process_time() - c0
     r, params = G.blrgraph_params(nodes)
     per = C.per_iter(stamps, skip=1)[0] if len(stamps) > 2 else float("nan")
-    return {"time": t, "cpu": cpu, "n_iter": int(res.n_iter), "elbo": G.evaluate_elbo(X, r, params, pri),
-            "self_elbo": float(res.elbo), "restart_elbos": list(getattr(res, "restart_elbos", None) or []),
+    elbo = G.evaluate_elbo(X, r, params, pri)
+    return {"time": t, "cpu": cpu, "n_iter": int(res.n_iter), "elbo": elbo,
+            "self_elbo": float(res.elbo), "self_rel": abs(float(res.elbo) - elbo) / abs(elbo),
+            "restart_elbos": list(getattr(res, "restart_elbos", None) or []),
             "restart_starts": list(getattr(res, "restart_starts", None) or []),
             "best_restart": getattr(res, "best_restart", None),
             "labels": r.argmax(1), "converged": bool(getattr(res, "converged", False)),
             "per_sweep": per, "sweeps_total": len(stamps)}
 
 
-def gmm_sklearn(X, K, pri, n_init, seed):
+def gmm_sklearn(X, K, pri, n_init, seed, kind="bench", tol=None, max_iter=None):
+    """BayesianGaussianMixture(n_init, random_state=seed) on the priors ``pri``: with
+    kind="bench" they are passed explicitly, with kind="sklearn" sklearn's own defaults
+    are used (prior arguments None) and ``prior_diff`` records how far the priors sklearn
+    resolved are from ``pri`` (relative, 0 = identical). tol / max_iter: None = sklearn's
+    defaults (1e-3, 100)."""
     from sklearn.mixture import BayesianGaussianMixture
+    kw = {} if kind == "sklearn" else dict(
+        weight_concentration_prior=pri["alpha0"], mean_prior=pri["m0"], mean_precision_prior=pri["beta0"],
+        degrees_of_freedom_prior=pri["nu0"], covariance_prior=np.linalg.inv(pri["W0"]))
+    if tol is not None:
+        kw["tol"] = tol
+    if max_iter is not None:
+        kw["max_iter"] = max_iter
     est = BayesianGaussianMixture(
         n_components=K, covariance_type="full", weight_concentration_prior_type="dirichlet_distribution",
-        weight_concentration_prior=pri["alpha0"], mean_prior=pri["m0"], mean_precision_prior=pri["beta0"],
-        degrees_of_freedom_prior=pri["nu0"], covariance_prior=np.linalg.inv(pri["W0"]), n_init=n_init,
-        random_state=seed)
+        n_init=n_init, random_state=seed, **kw)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         t0, c0 = time.perf_counter(), time.process_time()
@@ -111,7 +150,24 @@ def gmm_sklearn(X, K, pri, n_init, seed):
     r, params = G.sklearn_params(est, X)
     return {"time": t, "cpu": cpu, "n_iter": int(est.n_iter_), "elbo": G.evaluate_elbo(X, r, params, pri),
             "labels": r.argmax(1), "converged": bool(est.converged_),
+            "prior_diff": G.priors_differ(G.priors_of_sklearn(est), pri),
+            "tol": est.tol, "max_iter": est.max_iter,
             "warnings": sorted({type(x.message).__name__ for x in w})}
+
+
+def _prior_sets(args):
+    kinds = args.priors.split(",")
+    bad = [k for k in kinds if k not in PRIOR_SETS]
+    if bad:
+        raise ValueError(f"--priors: unknown prior set(s) {bad}; use {','.join(PRIOR_SETS)}")
+    return kinds
+
+
+def _sk_tight(args):
+    if not args.sk_tight or args.sk_tight == "none":
+        return None
+    tol, it = args.sk_tight.split(",")
+    return float(tol), int(it)
 
 
 def part_gmm(args, out):
@@ -121,27 +177,88 @@ def part_gmm(args, out):
         starts.RESTART_STARTS = tuple(args.gmm_restart_starts.split(","))
         out["gmm_restart_starts"] = list(starts.RESTART_STARTS)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(args.repeats))
-    res = {}
-    for name, (X, y, K, desc) in gmm_datasets(args.gmm_data.split(",")).items():
-        pri = G.make_priors(X)
-        reps = []
-        for i, rep in enumerate(seeds):
-            order = ("blr", "sk") if i % 2 == 0 else ("sk", "blr")
-            one = {"seed": rep}
-            for who in order:
-                if who == "blr":
-                    one["blr"] = gmm_blrgraph(X, K, pri, args.restarts, seed=rep)
-                else:
-                    one["sk"] = gmm_sklearn(X, K, pri, args.restarts, seed=rep)
-            for who in ("blr", "sk"):
-                one[who]["ari"] = float(adjusted_rand_score(y, one[who].pop("labels")))
-            reps.append(one)
-            print(f"gmm {name} repeat {rep}: blrgraph ELBO {one['blr']['elbo']:.4f} ARI {one['blr']['ari']:.3f}"
-                  f" ({one['blr']['time']:.2f} s, CPU {one['blr']['cpu']:.2f} s, {one['blr']['sweeps_total']} sweeps,"
-                  f" best restart {one['blr']['best_restart']}); sklearn ELBO {one['sk']['elbo']:.4f} ARI "
-                  f"{one['sk']['ari']:.3f} ({one['sk']['time']:.2f} s, CPU {one['sk']['cpu']:.2f} s)", flush=True)
-        res[name] = {"desc": desc, "K": K, "N": X.shape[0], "D": X.shape[1], "repeats": reps}
-    out["gmm"] = res
+    tight = _sk_tight(args)
+    out["sk_tight"] = tight
+    for kind in _prior_sets(args):
+        res = {}
+        for name, (X, y, K, desc) in gmm_datasets(args.gmm_data.split(",")).items():
+            pri = gmm_priors(kind, X, K)
+            reps = []
+            for i, rep in enumerate(seeds):
+                order = ("blr", "sk") if i % 2 == 0 else ("sk", "blr")
+                one = {"seed": rep}
+                for who in order:
+                    if who == "blr":
+                        one["blr"] = gmm_blrgraph(X, K, pri, args.restarts, seed=rep)
+                    else:
+                        one["sk"] = gmm_sklearn(X, K, pri, args.restarts, seed=rep, kind=kind)
+                if tight:
+                    one["sk_tight"] = gmm_sklearn(X, K, pri, args.restarts, seed=rep, kind=kind, tol=tight[0],
+                                                  max_iter=tight[1])
+                for who in ("blr", "sk", "sk_tight"):
+                    if who in one:
+                        one[who]["ari"] = float(adjusted_rand_score(y, one[who].pop("labels")))
+                reps.append(one)
+                b, s = one["blr"], one["sk"]
+                st = one.get("sk_tight")
+                print(f"gmm [{kind} priors] {name} repeat {rep}: blrgraph ELBO {b['elbo']:.4f} ARI {b['ari']:.3f}"
+                      f" ({b['time']:.2f} s, CPU {b['cpu']:.2f} s, {b['sweeps_total']} sweeps, best restart "
+                      f"{b['best_restart']}, |fit.elbo - scorer|/|scorer| {b['self_rel']:.1e}); sklearn ELBO "
+                      f"{s['elbo']:.4f} ARI {s['ari']:.3f} ({s['time']:.2f} s, CPU {s['cpu']:.2f} s, prior diff "
+                      f"{s['prior_diff']:.1e})"
+                      + ("" if st is None else f"; sklearn tol={st['tol']:g} ELBO {st['elbo']:.4f} ARI "
+                                               f"{st['ari']:.3f} ({st['n_iter']} it, conv {st['converged']})"),
+                      flush=True)
+            res[name] = {"desc": desc, "K": K, "N": X.shape[0], "D": X.shape[1], "repeats": reps,
+                         "priors": {k: float(v) for k, v in pri.items() if np.ndim(v) == 0}}
+        out["gmm" if kind == "bench" else f"gmm_{kind}"] = res
+
+
+def sklearn_kmeans_start(X, K, seed):
+    """The start of one scikit-learn BayesianGaussianMixture init (init_params="kmeans"):
+    one-hot labels of KMeans(K, n_init=1, random_state=RandomState(seed)), passed to
+    fit(init=...) as explicit responsibilities."""
+    from sklearn.cluster import KMeans
+    labels = KMeans(K, n_init=1, random_state=np.random.RandomState(seed)).fit(X).labels_
+    return np.eye(K)[labels]
+
+
+def part_gmm_starts(args, out):
+    """Each start type alone: fit("vmp", init=start, seed=s) for s < --start-seeds on the
+    datasets of --starts-data, under each prior set of --priors: the optima reached
+    (ELBO to 0.01), their ARI against the classes, and sklearn n_init=5's best over
+    seeds 0..repeats-1 as the reference."""
+    from sklearn.metrics import adjusted_rand_score
+    res = out.setdefault("gmm_starts", {})
+    for kind in _prior_sets(args):
+        for name, (X, y, K, desc) in gmm_datasets(args.starts_data.split(",")).items():
+            pri = gmm_priors(kind, X, K)
+            ref = [gmm_sklearn(X, K, pri, args.restarts, seed=s, kind=kind) for s in range(args.repeats)]
+            sk_best = max(r["elbo"] for r in ref)
+            sk_best_ari = float(adjusted_rand_score(y, max(ref, key=lambda r: r["elbo"])["labels"]))
+            runs = {}
+            for start in args.start_types.split(","):
+                rows = []
+                c0 = time.process_time()
+                for s in range(args.start_seeds):
+                    model, nodes = G.build_blrgraph(X, K, pri)
+                    fr = model.fit("vmp", init=sklearn_kmeans_start(X, K, s) if start == "sklearn-kmeans" else start,
+                                   seed=s)
+                    r, params = G.blrgraph_params(nodes)
+                    e = G.evaluate_elbo(X, r, params, pri)
+                    rows.append({"seed": s, "elbo": e, "self_rel": abs(float(fr.elbo) - e) / abs(e),
+                                 "ari": float(adjusted_rand_score(y, r.argmax(1))), "sweeps": int(fr.n_iter),
+                                 "converged": bool(fr.converged)})
+                runs[start] = {"rows": rows, "cpu": time.process_time() - c0}
+                el = np.array([r["elbo"] for r in rows])
+                print(f"gmm-starts [{kind} priors] {name} {start}: {len(np.unique(np.round(el, 2)))} optima, best "
+                      f"{el.max():.3f} (ARI {rows[int(el.argmax())]['ari']:.3f}), median {np.median(el):.3f}, "
+                      f"share >= sklearn best {np.mean(el >= sk_best - 1e-6 * abs(sk_best)):.2f}, "
+                      f"CPU {runs[start]['cpu']:.1f} s", flush=True)
+            res[f"{kind}/{name}"] = {"priors": kind, "dataset": name, "desc": desc, "K": K,
+                                     "sk_best": sk_best, "sk_best_ari": sk_best_ari,
+                                     "sk": [{k: r[k] for k in ("elbo", "n_iter", "converged")} for r in ref],
+                                     "runs": runs}
 
 
 # =========================================================================================
@@ -281,31 +398,142 @@ def part_svi_gmm(args, out):
 # =========================================================================================
 # report
 # =========================================================================================
-def report(out):
-    print("\n# Defaults: blrgraph vs scikit-learn\n")
-    print(C.machine_markdown(out["machine"]))
-    for name, d in out.get("gmm", {}).items():
-        print(f"\n### GMM, {name}: {d['desc']}, K={d['K']}, restarts/n_init={out['restarts']}\n")
+def _yes(a, b, rel=1e-6):
+    return "yes" if a >= b - rel * abs(b) else "no"
+
+
+def report_gmm(out, kind):
+    key = "gmm" if kind == "bench" else f"gmm_{kind}"
+    if key not in out:
+        return
+    R = out["restarts"]
+    tight = out.get("sk_tight")
+    tt = f"tol={tight[0]:g}, max_iter={tight[1]}" if tight else None
+    n_elbo = n_ari = n_elbo_t = n_ari_t = n = 0
+    self_rel, prior_diff = 0.0, 0.0
+    for name, d in out[key].items():
+        print(f"\n### GMM [{kind} priors], {name}: {d['desc']}, K={d['K']}, restarts/n_init={R}\n")
         rows = []
         for i, rp in enumerate(d["repeats"]):
-            b, s = rp["blr"], rp["sk"]
+            b, s, st = rp["blr"], rp["sk"], rp.get("sk_tight")
             best = b.get("best_restart")
-            kept = "" if best is None or not b.get("restart_starts") else \
-                f", kept {best} ({b['restart_starts'][best]})"
-            rows.append([rp.get("seed", i), f"{b['elbo']:.3f}", f"{s['elbo']:.3f}", f"{b['elbo'] - s['elbo']:+.3f}",
-                         f"{b['ari']:.3f}", f"{s['ari']:.3f}",
-                         f"{b['time']:.2f} s, CPU {b.get('cpu', float('nan')):.2f} s ({b['sweeps_total']} sweeps{kept})",
-                         f"{s['time']:.2f} s, CPU {s.get('cpu', float('nan')):.2f} s ({s['n_iter']} it, conv "
-                         f"{s['converged']})",
-                         "yes" if b["elbo"] >= s["elbo"] - 1e-6 * abs(s["elbo"]) and b["ari"] >= s["ari"] - 1e-9
-                         else "no"])
-        print(C.md_table(["seed", "blrgraph full ELBO", "sklearn full ELBO", "difference",
-                          "blrgraph ARI", "sklearn ARI", "blrgraph time", "sklearn time", "ELBO >= and ARI >="],
-                         rows))
+            kept = "-" if best is None else (f"{best} ({b['restart_starts'][best]})" if b.get("restart_starts")
+                                             else str(best))
+            e_ok = _yes(b["elbo"], s["elbo"])
+            a_ok = "yes" if b["ari"] >= s["ari"] - 1e-9 else "no"
+            n += 1
+            n_elbo += e_ok == "yes"
+            n_ari += a_ok == "yes"
+            self_rel = max(self_rel, b.get("self_rel", float("nan")))
+            prior_diff = max(prior_diff, s.get("prior_diff", float("nan")))
+            row = [rp.get("seed", i), f"{b['elbo']:.3f} ({b['ari']:.3f})", kept,
+                   f"{b.get('cpu', float('nan')):.2f} s ({b['sweeps_total']})",
+                   f"{s['elbo']:.3f} ({s['ari']:.3f})", f"{s.get('cpu', float('nan')):.2f} s ({s['n_iter']})"]
+            if st is not None:
+                et = _yes(b["elbo"], st["elbo"])
+                at = "yes" if b["ari"] >= st["ari"] - 1e-9 else "no"
+                n_elbo_t += et == "yes"
+                n_ari_t += at == "yes"
+                row += [f"{st['elbo']:.3f} ({st['ari']:.3f})",
+                        f"{st.get('cpu', float('nan')):.2f} s ({st['n_iter']}, conv {st['converged']})",
+                        f"{e_ok} ({et})", f"{a_ok} ({at})"]
+            else:
+                row += [e_ok, a_ok]
+            rows.append(row)
+        head = ["seed", "blrgraph ELBO (ARI)", "kept restart", f"blrgraph CPU (sweeps, {R} restarts)",
+                "sklearn ELBO (ARI)", "sklearn CPU (iterations of the best init)"]
+        if tight:
+            head += [f"sklearn {tt} ELBO (ARI)", "its CPU (iterations, converged)",
+                     f"ELBO >= sklearn ({tt.split(',')[0]})", f"ARI >= sklearn ({tt.split(',')[0]})"]
+        else:
+            head += ["ELBO >= sklearn", "ARI >= sklearn"]
+        print(C.md_table(head, rows))
         r0 = d["repeats"][0]["blr"]
         print(f"\nblrgraph restart ELBOs (seed {d['repeats'][0].get('seed', 0)}): "
               f"{', '.join(f'{x:.3f}' for x in r0['restart_elbos'])}"
               + (f" (starts {', '.join(r0['restart_starts'])})" if r0.get("restart_starts") else ""))
+    print(f"\n[{kind} priors] ELBO >= sklearn in {n_elbo} of {n}, ARI >= sklearn in {n_ari} of {n}"
+          + (f"; against sklearn {tt}: ELBO >= in {n_elbo_t} of {n}, ARI >= in {n_ari_t} of {n}" if tight else "")
+          + f". Largest |fit.elbo - scorer| / |scorer| of blrgraph: {self_rel:.1e}; largest relative difference"
+            f" between the priors sklearn resolved and the declared ones: {prior_diff:.1e}")
+
+
+POLICIES = (("kmeans",), ("kmeans", "random", "random"), ("kmeans", "random"), ("kmeans", "kmeans++", "random"),
+            ("kmeans", "kmeans++"))
+
+
+def restart_policies(runs, sk_best, R):
+    """fit(restarts=R, seed=s) simulated from single fits: restart r is the fit
+    fit(init=policy[r % len(policy)], seed=s + r) (tests/test_defaults.py checks that a
+    restart is that fit), for every s whose s + R - 1 was run."""
+    out = []
+    for policy in POLICIES:
+        if any(p not in runs for p in policy):
+            continue
+        n = min(len(runs[p]["rows"]) for p in policy) - R + 1
+        if n <= 0:
+            continue
+        kept = []
+        for s in range(n):
+            fits = [runs[policy[r % len(policy)]]["rows"][s + r] for r in range(R)]
+            kept.append(max(fits, key=lambda f: f["elbo"]))
+        el = np.array([f["elbo"] for f in kept])
+        out.append([", ".join(policy[r % len(policy)] for r in range(R)), n,
+                    f"{np.mean(el >= sk_best - 1e-6 * abs(sk_best)):.2f}", f"{np.median(el):.3f}",
+                    f"{np.mean([f['ari'] for f in kept]):.3f}"])
+    return out
+
+
+def report_gmm_starts(out):
+    for key, d in out.get("gmm_starts", {}).items():
+        print(f"\n### Start types [{d['priors']} priors], {d['dataset']}: {d['desc']}, K={d['K']}; sklearn n_init="
+              f"{out['restarts']} best over seeds 0..{len(d['sk']) - 1}: {d['sk_best']:.3f} (ARI {d['sk_best_ari']:.3f})\n")
+        rows, optima = [], {}
+        sk = d["sk_best"]
+        self_rel = 0.0
+        for start, run in d["runs"].items():
+            el = np.array([r["elbo"] for r in run["rows"]])
+            ari = np.array([r["ari"] for r in run["rows"]])
+            self_rel = max(self_rel, max(r["self_rel"] for r in run["rows"]))
+            ib = int(el.argmax())
+            rows.append([f"`{start!r}`".replace("'", '"'), len(run["rows"]), len(np.unique(np.round(el, 2))),
+                         f"{el.max():.3f} ({ari[ib]:.3f})", f"{np.median(el):.3f}",
+                         f"{np.mean(el >= sk - 1e-6 * abs(sk)):.2f}",
+                         f"{np.mean([r['sweeps'] for r in run['rows']]):.1f}", f"{run['cpu']:.1f} s"])
+            for e, a in zip(np.round(el, 2), ari):
+                o = optima.setdefault(float(e), {"ari": set(), "hits": {}})
+                o["ari"].add(round(float(a), 3))
+                o["hits"][start] = o["hits"].get(start, 0) + 1
+        print(C.md_table(["start", "fits", "distinct optima (ELBO to 0.01)", "best (its ARI)", "median",
+                          "share >= sklearn's best", "mean sweeps", "CPU"], rows))
+        top = sorted(optima, reverse=True)[:8]
+        print()
+        print(C.md_table(["rank", "optimum ELBO", "ARI", "ELBO - sklearn's best", "reached by (fits)"],
+                         [[i + 1, f"{e:.2f}", ", ".join(f"{a:.3f}" for a in sorted(optima[e]["ari"])),
+                           f"{e - sk:+.2f}", ", ".join(f"{k} {v}" for k, v in optima[e]["hits"].items())]
+                          for i, e in enumerate(top)]))
+        es = np.array(sorted(optima))
+        aris = np.array([np.mean(sorted(optima[e]["ari"])) for e in es])
+        from scipy.stats import spearmanr
+        rho = spearmanr(es, aris).correlation if len(es) > 2 else float("nan")
+        best_ari = max(optima, key=lambda e: max(optima[e]["ari"]))
+        pol = restart_policies(d["runs"], sk, out["restarts"])
+        if pol:
+            print()
+            print(C.md_table(["restart starts (simulated)", "values of s", "share >= sklearn's best",
+                              "median kept ELBO", "mean ARI of the kept fit"], pol))
+        print(f"\n{len(es)} distinct optima over all starts; Spearman(ELBO, ARI) over them {rho:+.2f}; the optimum "
+              f"closest to the classes: ELBO {best_ari:.2f}, ARI {max(optima[best_ari]['ari']):.3f} "
+              f"(rank {sorted(optima, reverse=True).index(best_ari) + 1}). Largest |fit.elbo - scorer| / |scorer|: "
+              f"{self_rel:.1e}")
+
+
+def report(out):
+    print("\n# Defaults: blrgraph vs scikit-learn\n")
+    print(C.machine_markdown(out["machine"]))
+    for kind in PRIOR_SETS:
+        report_gmm(out, kind)
+    report_gmm_starts(out)
     for name, rows in out.get("lda", {}).items():
         print(f"\n### LDA {name}\n")
         tab = []
@@ -339,8 +567,19 @@ def main(argv=None):
     ap.add_argument("--restarts", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="GMM: repeats (seeds 0..n-1), interleaved")
     ap.add_argument("--seeds", help="GMM: comma-separated seeds (instead of --repeats)")
+    ap.add_argument("--priors", default="bench",
+                    help="GMM: prior set(s), comma-separated: 'bench' (bench_gmm.make_priors) and/or 'sklearn' "
+                         "(scikit-learn's defaults, bench_gmm.sklearn_priors)")
+    ap.add_argument("--sk-tight", default="1e-8,2000",
+                    help="GMM: also run sklearn with 'tol,max_iter' (its converged optimum); 'none' to skip")
+    ap.add_argument("--starts-data", default="wine,breast_cancer", help="gmm-starts: datasets")
+    ap.add_argument("--start-types", default="kmeans,kmeans++,random,sklearn-kmeans",
+                    help="gmm-starts: fit(init=...) values; 'sklearn-kmeans' = one sklearn k-means init "
+                         "(one-hot KMeans(K, n_init=1) labels) as an explicit start")
+    ap.add_argument("--start-seeds", type=int, default=100, help="gmm-starts: seeds per start type")
     ap.add_argument("--gmm-restart-starts", help="GMM, an experiment: the default starts of restarts "
-                                                 "0, 1, ... (cycled), e.g. 'kmeans' for k-means only")
+                                                 "(restart 0, then the others in turn; 'screened' for "
+                                                 "the screened start), e.g. 'kmeans' for k-means only")
     ap.add_argument("--lda-repeats", type=int, default=1,
                     help="LDA: runs with seed i for blrgraph and random_state i for sklearn, i < n")
     ap.add_argument("--lda-options", help="LDA: extra fit options as JSON (for experiments; "
@@ -361,6 +600,8 @@ def main(argv=None):
         try:
             if part == "gmm":
                 part_gmm(args, out)
+            elif part == "gmm-starts":
+                part_gmm_starts(args, out)
             elif part in ("lda", "lee", "svi-lda"):
                 part_lda(args, out, part)
             elif part == "svi-gmm":

@@ -76,6 +76,36 @@ def make_priors(X, alpha0=1.0, beta0=1.0, dof_extra=2.0):
             "W0": W0}
 
 
+def sklearn_priors(X, K):
+    """scikit-learn's own defaults for BayesianGaussianMixture(covariance_type="full",
+    weight_concentration_prior_type="dirichlet_distribution") in this module's terms:
+    weight_concentration_prior = 1/K, mean_prior = data mean, mean_precision_prior = 1,
+    degrees_of_freedom_prior = D, covariance_prior = np.cov(X.T). sklearn's Wishart has
+    scale matrix inv(covariance_prior) (its covariances_ = W_k^-1 / nu_k, with
+    W_k^-1 = covariance_prior + ...), so W0 = inv(cov X), nu0 = D, E[Lambda] = D inv(cov X)."""
+    X = np.asarray(X, float)
+    D = X.shape[1]
+    return {"alpha0": 1.0 / K, "m0": X.mean(0), "beta0": 1.0, "nu0": float(D),
+            "W0": np.linalg.inv(np.atleast_2d(np.cov(X.T)))}
+
+
+def priors_of_sklearn(est):
+    """The priors a fitted BayesianGaussianMixture (full covariance, Dirichlet weights)
+    used, read from its resolved ``*_prior_`` attributes, in this module's terms."""
+    return {"alpha0": float(est.weight_concentration_prior_), "m0": np.asarray(est.mean_prior_, float),
+            "beta0": float(est.mean_precision_prior_), "nu0": float(est.degrees_of_freedom_prior_),
+            "W0": np.linalg.inv(np.atleast_2d(est.covariance_prior_))}
+
+
+def priors_differ(a, b):
+    """Largest relative difference between two prior dicts (0 when they are the same priors)."""
+    out = 0.0
+    for k in ("alpha0", "m0", "beta0", "nu0", "W0"):
+        x, y = np.asarray(a[k], float), np.asarray(b[k], float)
+        out = max(out, float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-300)))
+    return out
+
+
 def initial_resp(N, K, seed):
     """The responsibilities fit("vmp", seed=seed) starts from (Dirichlet(1) draws)."""
     return np.random.default_rng(seed).dirichlet(np.ones(K), size=N)
@@ -104,18 +134,33 @@ def _log_dir_C(a):
     return gammaln(np.sum(a)) - np.sum(gammaln(a))
 
 
-def evaluate_elbo(X, r, params, priors, parts=False):
+def evaluate_elbo(X, r, params, priors=None, parts=False, *, alpha0=None, m0=None, beta0=None, nu0=None,
+                  W0=None):
     """Full VB-GMM ELBO, Bishop 10.70-10.77 term by term (valid for any r and q(theta)).
 
     params: alpha (K,), m (K, D), beta (K,), nu (K,), W (K, D, D) with E[Lambda_k] = nu_k W_k.
-    priors: alpha0 (scalar), m0 (D,), beta0, nu0, W0 (D, D)."""
+    The priors Dir(alpha0) NW(m0, beta0, nu0, W0) come from ``priors`` (a dict with those
+    keys: make_priors, sklearn_priors, priors_of_sklearn) and/or the keyword arguments
+    (a keyword overrides the dict's entry): alpha0 scalar or (K,), m0 (D,), beta0 > 0,
+    nu0 > D - 1, W0 (D, D) symmetric positive definite."""
+    pri = dict(priors or {})
+    for k, v in (("alpha0", alpha0), ("m0", m0), ("beta0", beta0), ("nu0", nu0), ("W0", W0)):
+        if v is not None:
+            pri[k] = v
+    missing = [k for k in ("alpha0", "m0", "beta0", "nu0", "W0") if k not in pri]
+    if missing:
+        raise TypeError(f"evaluate_elbo: the priors {missing} are missing (pass priors= or the keywords)")
     X = np.asarray(X, float)
     r = np.asarray(r, float)
     N, D = X.shape
     K = r.shape[1]
     alpha, m, beta, nu, W = (np.asarray(params[k], float) for k in ("alpha", "m", "beta", "nu", "W"))
-    a0 = np.full(K, priors["alpha0"])
-    m0, beta0, nu0, W0 = priors["m0"], priors["beta0"], priors["nu0"], priors["W0"]
+    a0 = np.broadcast_to(np.asarray(pri["alpha0"], float), (K,))
+    m0, beta0, nu0 = np.asarray(pri["m0"], float).reshape(D), float(pri["beta0"]), float(pri["nu0"])
+    W0 = np.asarray(pri["W0"], float).reshape(D, D)
+    if not (np.all(a0 > 0) and beta0 > 0 and nu0 > D - 1):
+        raise ValueError(f"evaluate_elbo: priors need alpha0 > 0, beta0 > 0, nu0 > D - 1 = {D - 1} "
+                         f"(got alpha0={pri['alpha0']}, beta0={beta0}, nu0={nu0})")
     W0inv = np.linalg.inv(W0)
     Nk = r.sum(0)
     safe = np.maximum(Nk, 1e-300)

@@ -289,7 +289,8 @@ def run(module, data, options, *, method=None, seed=0, restarts=1, max_iter=None
     if after_summary is not None:
         after_summary(fit, stdout)
     record = {"model": module.MODEL_NAME, "data": str(data_label or data), "options": options,
-              "method": fit.method, "seed": used_seed, "objective": getattr(fit, "objective", "elbo"),
+              "method": fit.method, "seed": used_seed, "start": getattr(fit, "start", None),
+              "objective": getattr(fit, "objective", "elbo"),
               "elbo": fit.elbo, "n_iter": fit.n_iter, "converged": fit.converged,
               "elbo_trace": list(np.asarray(fit.elbo_trace, dtype=float)),
               "elbo_estimate": bool(getattr(fit, "estimate", False)), "elbo_all_data": elbo_all,

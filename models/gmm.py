@@ -65,7 +65,7 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
     table.require_numeric("the Gaussian mixture (gmm)", alternative="mixed_mixture")
     X, mask = table.numeric_array(), table.mask()
     N, D = X.shape
-    m0, C = _data_mean_cov(X, mask)
+    m0, C = io.observed_mean_cov(X, mask)
 
     w = bg.Dirichlet(alpha * np.ones(k), name="weights")
     if covariance == "full":
@@ -94,24 +94,6 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
                   "k": k, "covariance": covariance, "fit_options": fit_options,
                   "fit_options_by_method": {"svi": svi_options}}
     return model
-
-
-def _data_mean_cov(X, mask):
-    """Column means and a positive-definite covariance from the observed cells."""
-    Xm = np.where(mask, X, np.nan)
-    m0 = np.nanmean(Xm, axis=0)
-    var = np.nanvar(Xm, axis=0)
-    var = np.where(np.isfinite(var) & (var > 0), var, 1.0)
-    complete = mask.all(axis=1)
-    D = X.shape[1]
-    if complete.sum() > D + 1:
-        C = np.atleast_2d(np.cov(X[complete].T))
-    else:
-        C = np.diag(var)
-    # a constant column would be singular: a jitter on each column's own scale (one shared
-    # jitter, 1e-6 x the mean variance, swamped a column whose scale is far below the others')
-    C = C + 1e-6 * np.diag(var)
-    return m0, C
 
 
 def components(fit):

@@ -100,7 +100,7 @@ def build(data, k=3, sequence_column=None, columns=None, covariance="diag", alph
     Ms = np.zeros((S, T, D), dtype=bool)
     Xs[seq, step] = np.where(mask, X, 0.0)
     Ms[seq, step] = mask
-    m0, C = _data_mean_cov(X, mask)
+    m0, C = io.observed_mean_cov(X, mask)
 
     pi = bg.Dirichlet(alpha * np.ones(k), name="initial")
     A = bg.Dirichlet(alpha * np.ones((k, k)) + sticky * np.eye(k), plates=(k,), name="transition")
@@ -131,18 +131,6 @@ def build(data, k=3, sequence_column=None, columns=None, covariance="diag", alph
                   "covariance": covariance, "sequence": seq, "step": step, "labels": labels,
                   "sequence_column": sequence_column, "fit_options": fit_options}
     return model
-
-
-def _data_mean_cov(X, mask):
-    """Column means and a positive-definite covariance from the observed cells."""
-    Xm = np.where(mask, X, np.nan)
-    m0 = np.nanmean(Xm, axis=0)
-    var = np.nanvar(Xm, axis=0)
-    var = np.where(np.isfinite(var) & (var > 0), var, 1.0)
-    complete = mask.all(axis=1)
-    D = X.shape[1]
-    C = np.atleast_2d(np.cov(X[complete].T)) if complete.sum() > D + 1 else np.diag(var)
-    return m0, C + 1e-6 * np.mean(np.diag(C)) * np.eye(D)
 
 
 def transitions(fit):

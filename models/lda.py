@@ -122,11 +122,11 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
                   "alpha": alpha, "columns": io.parse_columns(columns),
                   "stop_words": None if stop_words is None else sorted(
                       STOP_WORDS if stop_words == "english" else stop_words),
-                  # batch VB as scikit-learn schedules it: each sweep fits the documents'
-                  # theta and z to the topics from a fresh start, then updates the topics;
-                  # nearly uniform starting topics (measured in docs/benchmarks.md, LDA)
-                  "fit_options": {"max_iter": 500, "tol": 1e-6, "local_iters": 100,
-                                  "init": "diffuse"},
+                  # the scheduler's defaults: topics started from k-means of the documents
+                  # (init="documents"), batch VB with the local rounds capped while the
+                  # topics still move (docs/scheduler.md; measured in docs/benchmarks.md
+                  # §8.3.3: better optima, sooner, than scikit-learn's batch LDA)
+                  "fit_options": {"max_iter": 500, "tol": 1e-6},
                   "learn_alpha": bool(learn_alpha),
                   # fit("svi"): minibatches of documents (theta's axis, reaching z and the
                   # words through the gather theta[doc_ids]); random starting topics

@@ -219,6 +219,7 @@ def test_fit_with_method_svi(tmp_path):
     assert "ELBO on all the data:" in stdout
     record = json.loads((out / "summary.json").read_text())
     assert record["method"] == "svi" and record["n_iter"] == 20 and record["elbo_estimate"] is True
+    assert record["start"] == "kmeans++"   # the zoo's SVI start, used by both restarts
     assert math.isfinite(record["elbo_all_data"]) and record["elbo"] == record["elbo_trace"][-1]
     summary = pd.read_csv(out / "summary.csv")
     means = np.sort(summary[summary.variable == "height"]["mean"].to_numpy())

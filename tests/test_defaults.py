@@ -1,7 +1,7 @@
 """Right answers by default: fit(method) with no options finds good optima.
 
-The scheduler, not the caller, owns the start (k-means for mixtures over data, random
-topics for per-entry mixture weights), the schedule of the local block (batch VB with
+The scheduler, not the caller, owns the start (k-means for mixtures over data, k-means of
+the documents for LDA's per-entry mixture weights), the schedule of the local block (batch VB with
 per-entry convergence), restarts, and what counts as converged (never a symmetric
 saddle point). Each test here passes no option beyond the method (and a seed)."""
 import warnings
@@ -107,8 +107,103 @@ def test_the_lda_default_start_is_the_update_from_random_topics():
     r = starts.topics_responsibilities(model, z, np.random.default_rng(7))
     np.testing.assert_allclose(r, want, rtol=1e-10)
     np.testing.assert_allclose(phi.nat[0], lam - 1.0)       # the topics keep the random start
-    assert starts.default_start(_structure(model), z) == "topics"
+
+
+def pure_lda(D=60, K=3, V=30, L=40, seed=0, masked=0):
+    """Every document drawn from one topic, the topics on disjoint blocks of words: the
+    documents' clusters are the topics. Returns the model, nodes, each document's topic,
+    the entries' words and counts (masked entries: count 0) and the mask."""
+    rng = np.random.default_rng(seed)
+    label = rng.permutation(np.arange(D) % K)
+    topics = np.zeros((K, V))
+    for k in range(K):
+        topics[k, k * (V // K):(k + 1) * (V // K)] = rng.dirichlet(np.ones(V // K))
+    counts = np.array([rng.multinomial(L, topics[label[d]]) for d in range(D)])
+    doc, word = np.nonzero(counts)
+    mask = np.ones(len(doc), dtype=bool)
+    mask[rng.choice(len(doc), size=masked, replace=False)] = False
+    theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    w = counts[doc, word].astype(float)
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(
+        word, weights=w, mask=None if not masked else mask)
+    return bg.Model(y), z, phi, label, doc, word, w * mask
+
+
+@pytest.mark.parametrize("masked", [0, 25])
+def test_the_lda_default_start_is_kmeans_of_the_documents(masked):
+    """init="documents" (the batch default for z under theta[doc]): the documents fall into
+    their topics' clusters, topic k starts at its prior (0.1) plus the word counts of one
+    cluster (masked entries count nothing), and z is their update with theta at its prior
+    (at a masked entry: the prior):
+    q(z_n = k) proportional to exp(psi(l_kw) - psi(sum_v l_kv))."""
+    from scipy.special import digamma, softmax
+    from blrgraph.inference import starts
+    model, z, phi, label, doc, word, w = pure_lda(masked=masked)
+    K, V, D = 3, 30, 60
+    r = starts.documents_responsibilities(model, z, K, np.random.default_rng(3))
+    counts = np.zeros((K, V))
+    np.add.at(counts, (label[doc], word), w)
+    lam = phi.nat[0] + 1.0
+    found = lam - 0.1
+    # each start topic is the counts of one true cluster (the order of clusters is free)
+    match = [int(np.argmin(np.abs(counts - found[k]).sum(1))) for k in range(K)]
+    assert sorted(match) == list(range(K))
+    np.testing.assert_allclose(found, counts[match], atol=1e-12)
+    want = softmax((digamma(lam) - digamma(lam.sum(1, keepdims=True)))[:, word].T, axis=1)
+    want[w == 0] = 1.0 / K          # a masked word says nothing: z at theta's (uniform) prior
+    np.testing.assert_allclose(r, want, rtol=1e-10)
+    assert starts.default_start(_structure(model), z) == "documents"
     assert starts.default_start(_structure(model), z, batch=False) == "diffuse"
+    fit = model.fit("vmp", seed=0)
+    assert fit.start == "documents"
+
+
+def test_spherical_kmeans_finds_separated_directions_and_ignores_empty_rows():
+    """Rows near three orthogonal directions (and rows of zeros, which take no part) are
+    grouped by direction whatever the seed; the objective is sum(1 - max cosine)."""
+    import scipy.sparse as sp
+    from blrgraph.inference.starts import spherical_kmeans
+    rng = np.random.default_rng(0)
+    truth = np.repeat(np.arange(3), 20)
+    X = np.abs(rng.normal(0, 0.05, size=(60, 9)))
+    for k in range(3):
+        X[truth == k, 3 * k:3 * k + 3] += 1.0
+    X = np.vstack([X, np.zeros((5, 9))])
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
+    for seed in range(5):
+        labels, objective = spherical_kmeans(sp.csr_matrix(X), 3, np.random.default_rng(seed))
+        assert adjusted_rand_score(truth, labels[:60]) == 1.0
+        C = np.stack([X[:60][labels[:60] == k].sum(0) for k in range(3)])
+        C /= np.linalg.norm(C, axis=1, keepdims=True)
+        np.testing.assert_allclose(objective, np.sum(1.0 - (X[:60] @ C.T).max(1)), rtol=1e-12)
+
+
+def test_the_documents_start_needs_an_lda_shape():
+    """An explicit init="documents" on a model without per-document weights over the
+    words of a Dirichlet topic node is refused naming the fix."""
+    rng = np.random.default_rng(1)
+    D, per = 40, 10
+    doc = np.repeat(np.arange(D), per)
+    theta = bg.Dirichlet(np.ones(2), plates=(D,), name="theta")
+    phi = bg.Dirichlet(np.ones(5), plates=(2,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(rng.integers(0, 5, size=D * per))
+    bg.Model(y).fit("vmp", init="documents", max_iter=2)       # the LDA shape: accepted
+    mu = bg.Normal(0.0, 0.01, plates=(2,), name="mu")
+    z2 = bg.Categorical(theta[doc], name="z2")
+    x = bg.Mixture(z2, bg.Normal, mu, 1.0, name="x").observe(rng.normal(size=D * per))
+    with pytest.raises(ValueError, match="init='documents'.*use init='topics'"):
+        bg.Model(x).fit("vmp", init="documents", max_iter=2)
+    # fewer documents than topics: no K clusters to draw; the default falls back to topics
+    few = bg.Dirichlet(np.ones(5), plates=(3,), name="few")
+    z3 = bg.Categorical(few[np.repeat(np.arange(3), 10)], name="z3")
+    phi3 = bg.Dirichlet(np.ones(5), plates=(5,), name="phi3")
+    y3 = bg.Mixture(z3, bg.Categorical, phi3, name="y3").observe(rng.integers(0, 5, size=30))
+    with pytest.raises(ValueError, match="fewer than K=5 documents"):
+        bg.Model(y3).fit("vmp", init="documents", max_iter=2)
+    assert bg.Model(y3).fit("vmp", seed=0, max_iter=5).start == "topics"
 
 
 def _structure(model):
@@ -148,7 +243,8 @@ def test_the_local_budget_follows_the_topics_movement():
 
 def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():
     """A per-document mixture of Gaussians has no topics to draw: an explicit
-    init="topics" is refused naming the fix; the default uses "diffuse"."""
+    init="topics" is refused naming the fix; the default ("documents", then "topics")
+    falls back to "diffuse"."""
     rng = np.random.default_rng(1)
     D, per = 40, 10
     doc = np.repeat(np.arange(D), per)
@@ -160,6 +256,7 @@ def test_the_topics_start_without_dirichlet_topics_falls_back_to_diffuse():
     with pytest.raises(ValueError, match="init='diffuse'"):
         bg.Model(y).fit("vmp", init="topics", max_iter=2)
     fit = bg.Model(y).fit("vmp", seed=0, max_iter=50)
+    assert fit.start == "diffuse"          # FitResult.start names the start actually used
     assert np.all(np.isfinite(fit.elbo_trace))
     np.testing.assert_allclose(np.sort(mu.posterior.mean), [0.0, 4.0], atol=0.3)
 
@@ -188,25 +285,45 @@ def test_restarts_return_the_best_of_r_and_list_every_elbo():
     assert model.fit_result is fit
 
 
-def test_restarts_of_a_mixture_over_data_alternate_kmeans_and_random_starts():
-    """With no init=, restart r starts from starts.RESTART_STARTS[r] (cycled): k-means,
-    then random responsibilities (docs/scheduler.md "Restarts"); each restart is the fit
-    that fit(seed=restart_seeds[r], init=restart_starts[r]) gives alone."""
+def test_restarts_of_a_mixture_over_data_take_kmeans_then_random_and_screened_starts():
+    """With no init=, restart 0 starts from k-means (as a single fit), then restarts take
+    a random and a screened start in turn (starts.RESTART_STARTS). A screened restart r
+    tries every start of starts.SCREEN_STARTS (the j-th with seed s_r * len + j) for
+    SCREEN_SWEEPS sweeps and goes on from the one with the highest ELBO then
+    (docs/scheduler.md "Restarts"); every restart is the fit that
+    fit(seed=restart_seeds[r], init=restart_starts[r]) gives alone."""
+    from blrgraph.inference import starts
     X = _hard_data()
     model, *_ = gmm(X, 5)
     fit = model.fit("vmp", seed=20, restarts=5)
-    assert fit.restart_starts == ["kmeans", "random", "random", "kmeans", "random"]
-    assert fit.start == fit.restart_starts[fit.best_restart]
+    n = len(starts.SCREEN_STARTS)
+    assert [starts.restart_start(r) for r in range(5)] == \
+        ["kmeans", "random", "screened", "random", "screened"]
+    assert fit.restart_starts[:2] == ["kmeans", "random"] and fit.restart_starts[3] == "random"
+    assert fit.restart_seeds[:2] == [20, 21] and fit.restart_seeds[3] == 23
+    for r in (2, 4):
+        screened = []
+        for j, start in enumerate(starts.SCREEN_STARTS):
+            m, *_ = gmm(X, 5)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                screened.append(m.fit("vmp", seed=(20 + r) * n + j, init=start,
+                                      max_iter=starts.SCREEN_SWEEPS).elbo)
+        j = int(np.argmax(screened))
+        assert fit.restart_seeds[r] == (20 + r) * n + j
+        assert fit.restart_starts[r] == starts.SCREEN_STARTS[j]
     for r in range(5):
         m, *_ = gmm(X, 5)
         alone = m.fit("vmp", seed=fit.restart_seeds[r], init=fit.restart_starts[r])
         np.testing.assert_allclose(alone.elbo, fit.restart_elbos[r], rtol=1e-12)
+    assert fit.start == fit.restart_starts[fit.best_restart]
     # a single fit starts from k-means; an explicit init= is kept by every restart
     single, *_ = gmm(X, 5)
     assert single.fit("vmp", seed=20).start == "kmeans"
     again, *_ = gmm(X, 5)
-    assert again.fit("vmp", seed=20, restarts=3, init="kmeans").restart_starts == ["kmeans"] * 3
-    svi, *_ = gmm(X, 5)   # SVI's restarts keep the k-means start (the alternation is measured for batch fits)
+    kept = again.fit("vmp", seed=20, restarts=3, init="kmeans")
+    assert kept.restart_starts == ["kmeans"] * 3 and kept.restart_seeds == [20, 21, 22]
+    svi, *_ = gmm(X, 5)   # SVI's restarts keep the k-means start (screening is for batch fits)
     assert svi.fit("svi", seed=0, restarts=2, batch_size=100, epochs=1).restart_starts == ["kmeans"] * 2
 
 
@@ -230,9 +347,9 @@ def _wine_gmm(X, D, W0, K=3):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_restarts_on_wine_reach_at_least_sklearns_optimum(seed):
     """Wine (standardised, K=3, full covariance) has hundreds of VB optima; k-means starts
-    reach only a handful of them (with k-means starts only, restarts=5 ends at -2701.22,
+    reach only a handful of them (with k-means starts only, restarts=5 ended at -2701.22,
     -2701.74, -2701.74 for seeds 0, 1, 2, below sklearn's -2693.06, -2701.22, -2701.22:
-    this test failed so). restarts=5 with no other option ends at least as high as
+    this test failed so; the screened restarts reach -2678.99). restarts=5 with no other option ends at least as high as
     scikit-learn's BayesianGaussianMixture(n_init=5) on the same priors, scored by
     blrgraph's ELBO after continuing from sklearn's responsibilities to convergence."""
     from sklearn.mixture import BayesianGaussianMixture
@@ -246,6 +363,53 @@ def test_restarts_on_wine_reach_at_least_sklearns_optimum(seed):
     fit = _wine_gmm(X, D, W0).fit("vmp", seed=seed, restarts=5)
     assert fit.converged
     assert fit.elbo >= sk - 1e-6 * abs(sk), (fit.restart_elbos, sk)
+
+
+def test_sklearns_default_priors_declared_from_nodes_are_sklearns():
+    """scikit-learn's own default priors (weight_concentration_prior = 1/K < 1,
+    degrees_of_freedom_prior = D, covariance_prior = cov X, i.e. NormalWishart(mean, 1,
+    D, inv(cov X)) and Dirichlet(1/K), docs/benchmarks.md §8.2.2), declared from nodes:
+    fit("vmp")'s ELBO is the full Bishop ELBO of its state; sklearn's converged fit with
+    its prior arguments left at None, scored by the same formula, is lower_bound_ + C
+    (docs/math.md §7.1) for these priors, and blrgraph started from sklearn's
+    responsibilities stays at that ELBO (sklearn's optimum is a fixed point of the same
+    model)."""
+    from sklearn.datasets import load_wine
+    from sklearn.mixture import BayesianGaussianMixture
+    from helpers_vbgmm import full_elbo, sklearn_constant
+    X = load_wine().data
+    X = (X - X.mean(0)) / X.std(0)
+    N, D = X.shape
+    K = 3
+    pri = (1.0 / K, X.mean(0), 1.0, float(D), np.linalg.inv(np.cov(X.T)))
+
+    def model():
+        w = bg.Dirichlet(pri[0] * np.ones(K), name="w")
+        theta = bg.NormalWishart(pri[1], pri[2], pri[3], pri[4], plates=(K,), name="theta")
+        z = bg.Categorical(w, plates=(N,), name="z")
+        y = bg.Mixture(z, bg.MultivariateNormal, theta, name="y").observe(X)
+        return bg.Model(y), w, theta, z
+
+    def state(w, theta, z):
+        P = theta.posterior.params
+        return z.posterior.mean, w.posterior.params["alpha"], P["mean"], P["beta"], P["dof"], P["scale"]
+
+    m, w, theta, z = model()
+    fit = m.fit("vmp", seed=0)
+    np.testing.assert_allclose(fit.elbo, full_elbo(X, *state(w, theta, z), *pri), rtol=1e-10)
+
+    sk = BayesianGaussianMixture(n_components=K, covariance_type="full",
+                                 weight_concentration_prior_type="dirichlet_distribution", reg_covar=0.0,
+                                 tol=1e-10, max_iter=5000, random_state=0).fit(X)
+    assert sk.converged_
+    nu = sk.degrees_of_freedom_
+    q = (sk.predict_proba(X), sk.weight_concentration_, sk.means_, sk.mean_precision_, nu,
+         np.linalg.inv(sk.covariances_ * nu[:, None, None]))
+    L_sk = full_elbo(X, *q, *pri)
+    np.testing.assert_allclose(L_sk, sk.lower_bound_ + sklearn_constant(N, D, K, pri[0], pri[2], pri[3], pri[4]),
+                               rtol=1e-9)
+    m2, *_ = model()
+    np.testing.assert_allclose(m2.fit("vmp", init=q[0]).elbo, L_sk, rtol=1e-8)
 
 
 def test_an_explicit_start_gives_identical_iterates_twice():

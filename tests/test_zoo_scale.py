@@ -64,3 +64,26 @@ def test_linreg_standardize_finds_a_coefficient_on_a_tiny_scale():
     model = linreg.build((Z * [1e-8, 1.0], y), standardize=False)
     fit = model.fit("vmp", **model.meta["fit_options"])
     assert abs(linreg.summarize(fit)["mean"][1]) < 1.0
+
+
+def test_observed_mean_cov_jitters_each_column_on_its_own_scale():
+    """The GMM and HMM zoo priors' data covariance (blrgraph.io.observed_mean_cov): a
+    column 1e-8 times smaller than the others keeps its variance (a jitter of 1e-6 x the
+    mean variance would have made it 1e10 times too large), a constant column gets
+    variance 1e-6 (positive definite), and masked cells are left out of the means."""
+    from blrgraph import io
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=500), 1e-8 * rng.normal(size=500), np.full(500, 3.0)])
+    mask = np.ones_like(X, dtype=bool)
+    m0, C = io.observed_mean_cov(X, mask)
+    want = np.cov(X.T)
+    np.testing.assert_allclose(C[1, 1], want[1, 1] + 1e-6 * X[:, 1].var(), rtol=1e-12)
+    np.testing.assert_allclose(C[2, 2], 1e-6, rtol=1e-12)   # constant: variance 1 x 1e-6
+    assert np.all(np.linalg.eigvalsh(C) > 0)
+    X2 = X.copy()
+    X2[:10, 0] = 1e6                      # masked cells: not in the mean
+    mask[:10, 0] = False
+    m2, C2 = io.observed_mean_cov(X2, mask)
+    np.testing.assert_allclose(m2[0], X[10:, 0].mean(), rtol=1e-12)
+    var = np.array([X2[10:, 0].var(), X2[:, 1].var(), 1.0])   # over each column's observed cells
+    np.testing.assert_allclose(C2, np.cov(X2[10:].T) + 1e-6 * np.diag(var), rtol=1e-12, atol=0)

@@ -1,18 +1,22 @@
 """fit(): check the model and the options, plan the run, run the loop (with restarts)."""
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 import numpy as np
 
 from . import dask_rows
 from .batches import AllRows, Minibatches
 from .elbo import elbo
 from .local import LocalBlock
-from .loop import Plan, Run
+from .loop import ConvergenceWarning, Plan, Run
 from .methods import get_method
 from .options import parse_options
 from .points import resolve_points
 from .result import FitResult
-from .starts import Default, check_init, default_start
+from .starts import (SCREEN_STARTS, SCREEN_SWEEPS, Default, check_init, default_start,
+                     restart_start)
 from .structure import Structure
 
 
@@ -44,10 +48,11 @@ def fit(model, method="vmp", **options):
     """Fit ``model`` by ``method`` ("conjugate", "vmp", "ncvmp", "em", "map", "svi", or a
     :class:`~blrgraph.inference.methods.Method`); the options are listed in docs/api.md
     ("fit"). With ``restarts=R`` the run is repeated from R starts (seeds ``seed``,
-    ``seed + 1``, ...; a mixture over data with no ``init=`` alternates the k-means
-    and the random start, docs/scheduler.md "Restarts"), the best ELBO is kept, the
-    nodes are left at it, and ``FitResult.restart_elbos`` lists every start's ELBO
-    (``restart_starts`` the start of each)."""
+    ``seed + 1``, ...; a mixture over data with no ``init=`` starts restart 0 from
+    k-means, then random and screened starts in turn: docs/scheduler.md "Restarts"), the
+    best ELBO is kept, the nodes are left at it, and ``FitResult.restart_elbos`` lists
+    every restart's ELBO (``restart_seeds`` and ``restart_starts`` the seed and start
+    that repeat it alone)."""
     method = get_method(method)
     opts = parse_options(method, dict(options))
     method = method.with_rho(opts.rho) if not method.stochastic else \
@@ -56,9 +61,14 @@ def fit(model, method="vmp", **options):
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
     seeds = _restart_seeds(opts.seed, opts.restarts)
+    screen = _screens(model, method, opts)
     best, best_state, elbos, starts = None, None, [], []
     for r, s in enumerate(seeds):
-        res = _fit_once(model, method, opts, s, restart=r)
+        if screen and restart_start(r) == "screened":
+            seeds[r], start = _screened_start(model, method, opts, s)
+            res = _fit_once(model, method, opts, seeds[r], start=start)
+        else:
+            res = _fit_once(model, method, opts, s, restart=r)
         score = elbo(model) if res.estimate and not _streamed(model) else res.elbo
         elbos.append(float(score))
         starts.append(res.start)
@@ -74,6 +84,33 @@ def fit(model, method="vmp", **options):
     best.best_restart = int(np.argmax(elbos))
     model.fit_result = best
     return best
+
+
+def _screens(model, method, opts):
+    """Restarts may screen their starts (docs/scheduler.md "Restarts"): in a batch fit in
+    memory of a model whose every mixture assignment is over data (default start
+    k-means), when no ``init=`` is given. Elsewhere a "screened" restart is random."""
+    if opts.init is not None or method.stochastic or opts.resume or dask_rows.uses_dask(model):
+        return False
+    structure = Structure(model, opts.batch_over, strict=False)
+    return bool(structure.assignments) and all(
+        default_start(structure, z) == "kmeans" for z in structure.assignments)
+
+
+def _screened_start(model, method, opts, seed):
+    """(seed, start) of one restart: the start of SCREEN_STARTS, each with its own seed
+    (seed * len(SCREEN_STARTS) + j), whose fit has the highest ELBO after SCREEN_SWEEPS
+    sweeps (or at convergence, if sooner)."""
+    short = dataclasses.replace(opts, max_iter=min(SCREEN_SWEEPS, opts.max_iter or SCREEN_SWEEPS))
+    best = None
+    for j, start in enumerate(SCREEN_STARTS):
+        s = int(seed) * len(SCREEN_STARTS) + j
+        with warnings.catch_warnings():   # a candidate's saddle or budget: not the fit's
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            score = _fit_once(model, method, short, s, start=start).elbo
+        if np.isfinite(score) and (best is None or score > best[0]):
+            best = (score, s, start)
+    return (seed, SCREEN_STARTS[0]) if best is None else best[1:]
 
 
 def _restart_seeds(seed, R):
@@ -95,9 +132,10 @@ def _streamed(model):
     return any(n.source is not None for n in model.observed)
 
 
-def plan_run(model, method, opts, structure, restart=0):
+def plan_run(model, method, opts, structure, restart=0, start=None):
     """The :class:`~blrgraph.inference.loop.Plan` of one run (``restart``: its index
-    among the restarts, which picks the default start of a mixture over data)."""
+    among the restarts, which picks the default start of a mixture over data;
+    ``start``: that default start by name, chosen by a screening restart)."""
     if opts.local_iters is not None and not structure.local:
         raise ValueError(f"fit({method.name!r}, local_iters=...): no latent node lies on the data "
                          f"axis (the first plate axis of the observed nodes), so there is no "
@@ -112,8 +150,8 @@ def plan_run(model, method, opts, structure, restart=0):
             # the structure's start (kmeans / topics / diffuse; restarts of a batch fit
             # alternate kmeans and random); a k-means start with no data to work on falls
             # back to random (starts.Default)
-            starts[z] = Default(default_start(structure, z, 0 if method.stochastic else restart,
-                                              batch))
+            starts[z] = Default(start or default_start(
+                structure, z, 0 if method.stochastic else restart, batch))
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
@@ -130,9 +168,10 @@ def plan_run(model, method, opts, structure, restart=0):
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
                 warmup=warmup)
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
-        if any(isinstance(v, str) and v == "topics" for v in starts.values()):
-            raise ValueError("init='topics' draws the topics on the driver and needs every row's "
-                             "assignments there; with Dask-backed data use init='diffuse'")
+        driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
+        if driver:
+            raise ValueError(f"init={driver[0]!r} sets the topics on the driver and needs every "
+                             f"row's assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, method, plan, opts)
     return plan
 
@@ -170,9 +209,9 @@ def _start(model, plan, opts, rng):
         n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
 
 
-def _fit_once(model, method, opts, seed, restart=0):
+def _fit_once(model, method, opts, seed, restart=0, start=None):
     structure = Structure(model, opts.batch_over, strict=method.stochastic)
-    plan = plan_run(model, method, opts, structure, restart)
+    plan = plan_run(model, method, opts, structure, restart, start)
     rng = np.random.default_rng(seed)
     _start(model, plan, opts, rng)
     run = Run(model, plan, rng)

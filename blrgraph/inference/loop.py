@@ -18,7 +18,7 @@ import numpy as np
 from .blr import blr_step
 from .points import check_point
 from .saddles import split_tied, tied_components
-from .starts import start_assignment
+from .starts import Default, start_assignment
 from .steps import Backtracking, initial_rhos, robbins_monro
 
 class ConvergenceWarning(UserWarning):
@@ -97,7 +97,9 @@ class Run:
             rows = getattr(view, "idx", {}).get(z)
             if isinstance(init, np.ndarray) and rows is not None:
                 init = init[rows]          # a minibatch: the rows of the given start
-            start_assignment(self.model, z, self.rng, init)
+            used = start_assignment(self.model, z, self.rng, init)
+            if isinstance(used, Default):   # FitResult.start names the start actually used
+                self.plan.starts[z] = used
         if self.plan.rows.stochastic:
             self.update_globals(view, rho=1.0)
             for _ in range(self.plan.warmup):

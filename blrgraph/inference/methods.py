@@ -29,7 +29,8 @@ class Method:
     points : "none", "global" (nodes off the data axis, EM) or "all" (MAP).
     stochastic : minibatches of the data axis with messages scaled by N/|B| (SVI).
     one_pass : the exact posterior in one step (conjugate Bayes).
-    init : default start of mixture assignments ("kmeans", "kmeans++", "random", "diffuse", "topics").
+    init : default start of mixture assignments ("kmeans", "kmeans++", "random", "diffuse", "topics",
+        "documents").
     """
 
     name: str

@@ -6,22 +6,32 @@ that breaks the symmetry between components (docs/scheduler.md, "Starts").
   sufficient statistic of every observed mixture child, standardised per column;
   masked cells left out of distances and centres); one-hot responsibilities.
 * ``"kmeans++"``: the k-means++ seeds only (one-hot to the nearest seed).
-* ``"topics"`` (the default for per-entry mixture weights in batch fits, e.g. LDA's z
-  under theta[doc]): scikit-learn's LDA start. The components' Dirichlet parameters get
-  random pseudo-counts Gamma(100, 1/100) (each about 1, +-10%), and the assignments are
-  their update from those components with the per-entry weights at their prior.
+* ``"documents"`` (the default for per-entry mixture weights in batch fits, e.g. LDA's z
+  under theta[doc]): k-means of the documents. Each group of entries (a document: the
+  rows that share one row of the gathered weights) is its vector of word proportions;
+  spherical k-means on their square roots (the Hellinger distance: greedy k-means++ seeds,
+  Lloyd's iterations until no document changes cluster, the best of DOC_KMEANS_INITS runs
+  by the k-means objective) groups the documents into K clusters, each topic's Dirichlet
+  parameter becomes its prior plus the word counts of one cluster, and the assignments
+  are their update from those topics with the per-document weights at their prior.
+* ``"topics"`` (where ``"documents"`` does not apply): scikit-learn's LDA start. The
+  components' Dirichlet parameters get random pseudo-counts Gamma(100, 1/100) (each
+  about 1, +-10%), and the assignments are their update from those components with the
+  per-entry weights at their prior.
 * ``"diffuse"`` (the default for per-entry mixture weights under SVI and Dask, and where
   ``"topics"`` has no Dirichlet component parameter): Dirichlet(10) responsibilities,
   close to uniform.
 * ``"random"``: Dirichlet(1) responsibilities (with ``restarts=R`` and no ``init=``,
-  the default of a mixture over data in restarts 1, 2, 4, 5, ...: RESTART_STARTS).
+  the default of a mixture over data in restarts 1, 3, 5, ...; restarts 2, 4, ... are
+  screened: RESTART_STARTS, SCREEN_STARTS).
 * an array (responsibilities of the one assignment node) or ``{node: array}``.
 """
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
-INITS = ("kmeans", "kmeans++", "random", "diffuse", "topics")
+INITS = ("kmeans", "kmeans++", "random", "diffuse", "topics", "documents")
 
 #: Dirichlet concentration of the responsibilities drawn by init="diffuse"
 DIFFUSE = 10.0
@@ -30,6 +40,10 @@ DIFFUSE = 10.0
 TOPICS_SHAPE, TOPICS_SCALE = 100.0, 0.01
 #: Lloyd's iterations of the k-means start stop when no point changes cluster, or here
 KMEANS_MAX_ITER = 300
+#: init="documents": k-means runs (different seeds), the one with the lowest objective kept
+DOC_KMEANS_INITS = 3
+#: where a default start cannot work, the next one tried
+FALLBACK = {"documents": "topics", "topics": "diffuse", "kmeans": "random", "kmeans++": "random"}
 
 
 def check_init(model, init, assignments):
@@ -91,45 +105,62 @@ SOFT = 1e-3
 
 
 def start_assignment(model, z, rng, init):
-    """Set a mixture assignment to its starting responsibilities."""
+    """Set a mixture assignment to its starting responsibilities; returns the start
+    used (a default start that cannot work here: the one it fell back to)."""
     K = z.nat[0].shape[-1]
     if isinstance(init, Default):
         try:
             start_assignment(model, z, rng, str(init))
         except ValueError:
-            return start_assignment(model, z, rng, "diffuse" if init == "topics" else "random")
+            return start_assignment(model, z, rng, Default(FALLBACK.get(str(init), "random")))
         if init.soft:
             r = (1.0 - SOFT) * np.exp(z.nat[0]) + SOFT / K
             z.set_natural((np.log(r),))
-        return
+        return init
     if isinstance(init, np.ndarray):
         r = init
     elif init in ("kmeans", "kmeans++"):
         r = kmeans_responsibilities(model, z, K, rng, lloyd=init == "kmeans")
     elif init == "topics":
         r = topics_responsibilities(model, z, rng)
+    elif init == "documents":
+        r = documents_responsibilities(model, z, K, rng)
     elif init == "diffuse":
         r = rng.dirichlet(np.full(K, DIFFUSE), size=z.plates)
     else:
         r = rng.dirichlet(np.ones(K), size=z.plates)
     z.set_natural((np.log(np.maximum(r, 1e-300)),))
+    return init
 
 
-#: the default starts of a mixture over data in restarts 0, 1, 2, ... (cycled): k-means
-#: first (the start of a single fit), then starts that k-means cannot give; measured
-#: in docs/benchmarks.md §8.2 (wine: k-means from any seeding reaches a handful of
-#: optima, random responsibilities reach higher ones)
-RESTART_STARTS = ("kmeans", "random", "random")
+#: the default starts of a mixture over data in restarts 0, 1, 2, ...: k-means (the
+#: start of a single fit), then a random start and a screened one in turn; "screened"
+#: is the best of SCREEN_STARTS (each with its own seed) after SCREEN_SWEEPS sweeps
+#: (docs/scheduler.md "Restarts"; measured in docs/benchmarks.md §8.2.3: random starts
+#: reach optima that k-means starts do not, screening finds good ones among many starts)
+RESTART_STARTS = ("kmeans", "random", "screened")
+SCREEN_STARTS = ("kmeans", "kmeans++", "kmeans", "random")
+SCREEN_SWEEPS = 10
+
+
+def restart_start(restart):
+    """The default start of restart ``restart`` of a mixture over data: RESTART_STARTS[0]
+    first, then RESTART_STARTS[1:] in turn."""
+    if restart == 0 or len(RESTART_STARTS) == 1:
+        return RESTART_STARTS[0]
+    return RESTART_STARTS[1 + (restart - 1) % (len(RESTART_STARTS) - 1)]
 
 
 def default_start(structure, z, restart=0, batch=True):
     """For per-entry mixture weights (z's prior is a local node: LDA's theta[doc]):
-    "topics" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
-    mixture over data, RESTART_STARTS[restart] (cycled): "kmeans" for a single fit."""
+    "documents" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
+    mixture over data, restart_start(restart): "kmeans" for a single fit (a "screened"
+    restart where fit() does not screen, e.g. on Dask, is "random")."""
     local = set(structure.links)
     if any(p in local for p in z.parents):
-        return "topics" if batch else "diffuse"
-    return RESTART_STARTS[restart % len(RESTART_STARTS)]
+        return "documents" if batch else "diffuse"
+    name = restart_start(restart)
+    return "random" if name == "screened" else name
 
 
 def topics_responsibilities(model, z, rng):
@@ -139,11 +170,7 @@ def topics_responsibilities(model, z, rng):
     responsibilities; the components keep the random start until the first global step.
     Raises ValueError when z has no such component parameter."""
     from .blr import blr_step
-    params = []
-    for y in model.children[z]:
-        if y.stochastic and y.observed and y.factor.selector() is z:
-            params += [p for p in y.parents[1:] if p.stochastic and not p.observed
-                       and not p.point and p.family.name == "Dirichlet" and p not in params]
+    params, _ = _topic_parameters(model, z)
     if not params:
         raise ValueError(f"init='topics': mixture assignment {z.label()} has no observed "
                          f"Mixture child with Dirichlet component parameters (topics); use "
@@ -153,6 +180,93 @@ def topics_responsibilities(model, z, rng):
         p.set_natural(p.family.natural_from_params(lam))
     blr_step(model, z, 1.0)
     return np.asarray(z.moments()[0], dtype=float)
+
+
+def _topic_parameters(model, z):
+    """The Dirichlet component parameters (topics) of z's observed Mixture children, with
+    those children."""
+    params, children = [], []
+    for y in model.children[z]:
+        if y.stochastic and y.observed and y.factor.selector() is z:
+            found = [p for p in y.parents[1:] if p.stochastic and not p.observed
+                     and not p.point and p.family.name == "Dirichlet"]
+            if found:
+                children.append(y)
+            params += [p for p in found if p not in params]
+    return params, children
+
+
+def documents_responsibilities(model, z, K, rng):
+    """init="documents": k-means of the documents (the module docstring), the topics at
+    their prior plus one cluster's word counts each, then z's update from them. Returns
+    z's responsibilities. Raises ValueError where the model is not of that shape: z must
+    read per-document weights through a gather (``theta[doc]``) and have one observed
+    Categorical Mixture child on its own plates whose components are one Dirichlet node."""
+    from .blr import blr_step
+    from ..graph.deterministic import Gather
+    params, children = _topic_parameters(model, z)
+    gathers = [g for g in z.parents if isinstance(g, Gather) and np.ndim(g.idx) == 1]
+    if len(params) != 1 or len(children) != 1 or len(gathers) != 1 or len(z.plates) != 1:
+        raise ValueError(f"init='documents': {z.label()} is not an LDA-like assignment "
+                         f"(theta[doc] -> z -> Mixture(z, Categorical, topics)); use init='topics'")
+    (phi,), (y,), (g,) = params, children, gathers
+    V = np.shape(phi.nat[0])[-1]
+    if y.family.name != "Categorical" or tuple(y.plates) != tuple(z.plates) or \
+            np.shape(phi.nat[0]) != (K, V):
+        raise ValueError(f"init='documents': {y.label()} is not a Categorical over the words of "
+                         f"{phi.label()} on the plates of {z.label()}; use init='topics'")
+    w = np.ones(z.plates) if y.weights is None else np.asarray(y.weights, dtype=float)
+    if y.mask is not None:
+        w = w * np.broadcast_to(y.mask, z.plates)
+    words = np.where(w > 0, np.asarray(y.value), 0).astype(np.intp)
+    X = sparse.csr_matrix((w, (g.idx, words)), shape=(g.source.plates[0], V))
+    X.sum_duplicates()
+    n_words = np.asarray(X.sum(axis=1)).ravel()
+    if np.count_nonzero(n_words) < K:
+        raise ValueError(f"init='documents': fewer than K={K} documents with observed words")
+    S = (sparse.diags(1.0 / np.where(n_words > 0, n_words, 1.0)) @ X).sqrt().tocsr()
+    labels = min((spherical_kmeans(S, K, rng) for _ in range(DOC_KMEANS_INITS)),
+                 key=lambda run: run[1])[0]
+    A = sparse.csr_matrix((np.ones(len(labels)), (labels, np.arange(len(labels)))),
+                          shape=(K, len(labels)))
+    counts = np.asarray((A @ X).todense())
+    phi.set_natural((phi.prior_natural()[0] + counts,))
+    blr_step(model, z, 1.0)
+    return np.asarray(z.moments()[0], dtype=float)
+
+
+def spherical_kmeans(S, K, rng):
+    """(labels, objective) of k-means on the unit-norm rows of the sparse matrix S (rows
+    of zeros: no words; they take no part) with centres kept at unit norm: greedy k-means++
+    seeds, then Lloyd's iterations until no row changes cluster. The objective is
+    sum_n (1 - max_k <S_n, C_k>), half the sum of squared distances to the centres."""
+    n = S.shape[0]
+    live = np.asarray(S.power(2).sum(axis=1)).ravel() > 0
+    trials = 2 + int(np.log(K))
+    first = rng.choice(np.flatnonzero(live))
+    C = S[first].toarray()
+    d = np.where(live, np.maximum(1.0 - (S @ C.T)[:, 0], 0.0), 0.0)
+    for _ in range(1, K):
+        p = d if d.sum() > 0 else live.astype(float)
+        cand = rng.choice(n, size=trials, p=p / p.sum())
+        Cc = S[cand].toarray()
+        new = np.minimum(d[:, None], np.where(live[:, None], np.maximum(1.0 - S @ Cc.T, 0.0), 0.0))
+        best = int(np.argmin(new.sum(axis=0)))
+        C = np.vstack([C, Cc[best]])
+        d = new[:, best]
+    labels = None
+    for _ in range(KMEANS_MAX_ITER):
+        sim = S @ C.T
+        new = np.argmax(sim, axis=1)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        A = sparse.csr_matrix((live.astype(float), (labels, np.arange(n))), shape=(K, n))
+        M = np.asarray((A @ S).todense())
+        norm = np.linalg.norm(M, axis=1)
+        C = np.where(norm[:, None] > 0, M / np.where(norm > 0, norm, 1.0)[:, None], C)
+    objective = float(np.sum(np.where(live, 1.0 - sim.max(axis=1), 0.0)))
+    return labels, objective
 
 
 def assignment_features(model, z):

@@ -232,3 +232,24 @@ def _input_terms(recipe):
     for c in recipe["columns"]:
         out.extend([f"{c}[{lv}]" for lv in recipe["levels"][c][1:]] if c in recipe["levels"] else [c])
     return out
+
+
+def observed_mean_cov(X, mask):
+    """Column means and a positive-definite covariance of X (N, D) from its observed
+    cells (``mask`` True): the covariance of the complete rows when there are more than
+    D + 1 of them, else the diagonal of the observed variances; a constant or empty
+    column counts as variance 1. Each column gets a jitter of 1e-6 times its own
+    variance, so a constant column is not singular and a column whose scale is far below
+    the others' is not swamped (one shared jitter would be)."""
+    X = np.asarray(X, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    Xm = np.where(mask, X, np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # an empty column: variance 1
+        m0 = np.nanmean(Xm, axis=0)
+        var = np.nanvar(Xm, axis=0)
+    var = np.where(np.isfinite(var) & (var > 0), var, 1.0)
+    complete = mask.all(axis=1)
+    D = X.shape[1]
+    C = np.atleast_2d(np.cov(X[complete].T)) if complete.sum() > D + 1 else np.diag(var)
+    return m0, C + 1e-6 * np.diag(var)
