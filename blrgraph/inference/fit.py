@@ -147,9 +147,9 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
     points = set(resolve_points(model, method, opts.point, structure))
     for z, init in starts.items():
         if init is None:
-            # the structure's start (kmeans / topics / diffuse; restarts of a batch fit
-            # alternate kmeans and random); a k-means start with no data to work on falls
-            # back to random (starts.Default)
+            # the structure's start (kmeans / documents / diffuse; the restarts of a batch
+            # fit: starts.restart_start, or the screened ``start``); a default start that
+            # cannot work on the model falls back (starts.Default, starts.FALLBACK)
             starts[z] = Default(start or default_start(
                 structure, z, 0 if method.stochastic else restart, batch))
             if points:
