@@ -573,3 +573,30 @@ def test_a_mixture_of_non_conjugate_components_is_refused_by_vmp():
     assert not y.factor.conjugate
     with pytest.raises(ValueError, match="non-conjugate factor.*ncvmp"):
         bg.Model(y).fit("vmp")
+
+
+def test_the_callback_and_progress_follow_the_restarts_not_the_screens_candidates():
+    """A screened restart's candidates are part of choosing its start: the callback sees
+    the R restarts' own iterations (each run's last ELBO is its restart_elbos entry), and
+    a callback that stops a run early does not cut the screen short (the same starts
+    are chosen as without it)."""
+    from blrgraph.inference import starts
+    X = _hard_data()
+    seen = []
+    model, *_ = gmm(X, 5)
+    fit = model.fit("vmp", seed=20, restarts=3, callback=lambda it, L: seen.append((it, L)))
+    assert starts.restart_start(2) == "screened"
+    runs = [[]]
+    for it, L in seen:
+        if it == 1 and runs[-1]:
+            runs.append([])
+        runs[-1].append(L)
+    assert len(runs) == 3
+    np.testing.assert_allclose([r[-1] for r in runs], fit.restart_elbos, rtol=1e-12)
+    plain, *_ = gmm(X, 5)
+    want = plain.fit("vmp", seed=23, restarts=3)
+    stopped, *_ = gmm(X, 5)   # (was: a screen of 1 sweep, which chose another start)
+    early = stopped.fit("vmp", seed=23, restarts=3, callback=lambda it, L: True)
+    assert early.n_iter == 1
+    assert early.restart_seeds == want.restart_seeds
+    assert early.restart_starts == want.restart_starts
