@@ -600,3 +600,28 @@ def test_the_callback_and_progress_follow_the_restarts_not_the_screens_candidate
     assert early.n_iter == 1
     assert early.restart_seeds == want.restart_seeds
     assert early.restart_starts == want.restart_starts
+
+
+def test_two_corpora_sharing_topics_both_start_from_their_documents():
+    """z2 reads theta2[doc] on the axis of the second observed node (not the first one's):
+    it has per-entry mixture weights all the same, so it starts from its documents (was:
+    treated as a mixture over data and started by k-means of its one-hot words), and a
+    screened restart never applies to it."""
+    from blrgraph.inference import starts
+    rng = np.random.default_rng(0)
+    D, K, V = 20, 3, 8
+    doc = np.repeat(np.arange(D), 10)
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    zs, ys = [], []
+    for c in (1, 2):
+        theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name=f"theta{c}")
+        zs.append(bg.Categorical(theta[doc], name=f"z{c}"))
+        ys.append(bg.Mixture(zs[-1], bg.Categorical, phi, name=f"y{c}").observe(
+            rng.integers(0, V, len(doc))))
+    model = bg.Model(*ys)
+    for z in zs:
+        assert starts.default_start(_structure(model), z) == "documents"
+    fit = model.fit("vmp", seed=0, max_iter=20)
+    assert fit.start == "documents"
+    assert np.all(np.isfinite(fit.elbo_trace))
+    assert model.fit("vmp", seed=0, max_iter=5, restarts=3).restart_starts == ["documents"] * 3

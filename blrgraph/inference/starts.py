@@ -156,7 +156,7 @@ def default_start(structure, z, restart=0, batch=True):
     "documents" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
     mixture over data, restart_start(restart): "kmeans" for a single fit (a "screened"
     restart where fit() does not screen, e.g. on Dask, is "random")."""
-    local = set(structure.links)
+    local = structure.on_axis   # any observed node's axis (two corpora: two theta[doc])
     if any(p in local for p in z.parents):
         return "documents" if batch else "diffuse"
     name = restart_start(restart)
