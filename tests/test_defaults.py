@@ -201,7 +201,8 @@ def test_the_documents_start_needs_an_lda_shape():
     z3 = bg.Categorical(few[np.repeat(np.arange(3), 10)], name="z3")
     phi3 = bg.Dirichlet(np.ones(5), plates=(5,), name="phi3")
     y3 = bg.Mixture(z3, bg.Categorical, phi3, name="y3").observe(rng.integers(0, 5, size=30))
-    with pytest.raises(ValueError, match="fewer than K=5 documents"):
+    with pytest.raises(ValueError, match=r"Categorical 'z3' reads fewer than K=5 documents with "
+                       r"observed words \(3\); use init='topics' or fewer components"):
         bg.Model(y3).fit("vmp", init="documents", max_iter=2)
     assert bg.Model(y3).fit("vmp", seed=0, max_iter=5).start == "topics"
 

@@ -223,7 +223,9 @@ def documents_responsibilities(model, z, K, rng):
     X.sum_duplicates()
     n_words = np.asarray(X.sum(axis=1)).ravel()
     if np.count_nonzero(n_words) < K:
-        raise ValueError(f"init='documents': fewer than K={K} documents with observed words")
+        raise ValueError(f"init='documents': {z.label()} reads fewer than K={K} documents with "
+                         f"observed words ({np.count_nonzero(n_words)}); use init='topics' or "
+                         f"fewer components")
     S = (sparse.diags(1.0 / np.where(n_words > 0, n_words, 1.0)) @ X).sqrt().tocsr()
     labels = min((spherical_kmeans(S, K, rng) for _ in range(DOC_KMEANS_INITS)),
                  key=lambda run: run[1])[0]
