@@ -508,6 +508,7 @@ def test_rho_damps_the_same_way_from_fit_and_from_a_method():
     (dict(seed=-1), "seed must be an integer >= 0"),
     (dict(restarts=0), "restarts must be an integer >= 1"),
     (dict(init="kmeans+"), "init='kmeans\\+'"),
+    (dict(init={"z": "kmeanz"}), "init={'z': 'kmeanz'}: choose one of .* of Categorical 'z'"),
 ])
 def test_fit_options_are_refused_before_anything_changes(opts, text):
     X = _hard_data()

@@ -63,6 +63,9 @@ def check_init(model, init, assignments):
             if z not in assignments:
                 raise ValueError(f"init=: {key!r} is not a mixture assignment of this model; "
                                  f"give responsibilities of {[a.name for a in assignments]}")
+            if isinstance(value, str) and value not in INITS:
+                raise ValueError(f"init={{{key!r}: {value!r}}}: choose one of {list(INITS)} or an "
+                                 f"array of responsibilities of {z.label()}")
             out[z] = value if isinstance(value, str) else _responsibilities(z, value)
         return out
     if len(assignments) != 1:
