@@ -233,7 +233,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
-    res.start = _start_name(plan.starts)
+    res.start = _start_name(plan.starts if plan.used_starts is None else plan.used_starts)
     model.fit_result = res
     return res
 
