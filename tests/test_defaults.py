@@ -627,3 +627,30 @@ def test_two_corpora_sharing_topics_both_start_from_their_documents():
     assert fit.start == "documents"
     assert np.all(np.isfinite(fit.elbo_trace))
     assert model.fit("vmp", seed=0, max_iter=5, restarts=3).restart_starts == ["documents"] * 3
+
+
+def test_lda_with_a_two_dimensional_gather_index_starts_from_topics():
+    """z under theta[doc] with doc of shape (documents, tokens): per-entry mixture weights
+    all the same (was: taken for a mixture over data, started by k-means of one-hot words
+    and converged in 4 sweeps at an ELBO below the random topics' optimum). "documents"
+    needs a 1-d gather, so the default falls back to "topics" and reaches its fit."""
+    from blrgraph.inference import starts
+    rng = np.random.default_rng(0)
+    D, K, V = 20, 3, 8
+    doc = np.repeat(np.arange(D), 10).reshape(D, 10)
+    word = rng.integers(0, V, doc.shape)
+
+    def build():
+        theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+        phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+        z = bg.Categorical(theta[doc], name="z")
+        y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word)
+        return bg.Model(y), z
+
+    model, z = build()
+    assert starts.default_start(_structure(model), z) == "documents"
+    fit = model.fit("vmp", seed=0, max_iter=200)
+    assert fit.start == "topics"
+    alone, _ = build()
+    np.testing.assert_allclose(fit.elbo_trace, alone.fit("vmp", seed=0, max_iter=200,
+                                                         init="topics").elbo_trace, rtol=1e-12)

@@ -159,8 +159,10 @@ def default_start(structure, z, restart=0, batch=True):
     "documents" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
     mixture over data, restart_start(restart): "kmeans" for a single fit (a "screened"
     restart where fit() does not screen, e.g. on Dask, is "random")."""
+    from ..graph.deterministic import Gather
     local = structure.on_axis   # any observed node's axis (two corpora: two theta[doc])
-    if any(p in local for p in z.parents):
+    # (a gather of a local node: theta[doc] with a 2-d doc, which the axis does not cross)
+    if any(p in local or (isinstance(p, Gather) and p.source in local) for p in z.parents):
         return "documents" if batch else "diffuse"
     name = restart_start(restart)
     return "random" if name == "screened" else name
