@@ -459,3 +459,17 @@ def test_a_checkpoint_of_a_dask_fit_holds_the_global_state_only(client, tmp_path
         np.testing.assert_array_equal(a, b)
     assert m2["theta"].fitted and not m2["z"].fitted
     np.testing.assert_allclose(m2["z"].nat[0], m2["z"].prior_natural()[0], rtol=0, atol=0)
+
+
+def test_the_fit_names_its_start_on_dask_too(client):
+    """FitResult.start (and summary.json's "start") name the start used on Dask-backed
+    data as in memory (was None: the plan's starts are taken on the workers); restarts
+    list theirs (a screened restart is random there), SVI's minibatch start is named."""
+    X, _ = gmm_data()
+    dsk = gmm(da.from_array(X, chunks=150))
+    assert dsk.fit("vmp", seed=0, max_iter=5).start == "kmeans"
+    fit = dsk.fit("vmp", seed=0, max_iter=5, restarts=3)
+    assert fit.restart_starts == ["kmeans", "random", "random"]
+    assert fit.start == fit.restart_starts[fit.best_restart]
+    assert dsk.fit("vmp", seed=0, max_iter=5, init="kmeans++").start == "kmeans++"
+    assert dsk.fit("svi", seed=0, batch_size=100, epochs=1).start == "kmeans"

@@ -201,7 +201,8 @@ def test_the_documents_start_needs_an_lda_shape():
     z3 = bg.Categorical(few[np.repeat(np.arange(3), 10)], name="z3")
     phi3 = bg.Dirichlet(np.ones(5), plates=(5,), name="phi3")
     y3 = bg.Mixture(z3, bg.Categorical, phi3, name="y3").observe(rng.integers(0, 5, size=30))
-    with pytest.raises(ValueError, match="fewer than K=5 documents"):
+    with pytest.raises(ValueError, match=r"Categorical 'z3' reads fewer than K=5 documents with "
+                       r"observed words \(3\); use init='topics' or fewer components"):
         bg.Model(y3).fit("vmp", init="documents", max_iter=2)
     assert bg.Model(y3).fit("vmp", seed=0, max_iter=5).start == "topics"
 
@@ -507,6 +508,7 @@ def test_rho_damps_the_same_way_from_fit_and_from_a_method():
     (dict(seed=-1), "seed must be an integer >= 0"),
     (dict(restarts=0), "restarts must be an integer >= 1"),
     (dict(init="kmeans+"), "init='kmeans\\+'"),
+    (dict(init={"z": "kmeanz"}), "init={'z': 'kmeanz'}: choose one of .* of Categorical 'z'"),
 ])
 def test_fit_options_are_refused_before_anything_changes(opts, text):
     X = _hard_data()
@@ -573,3 +575,82 @@ def test_a_mixture_of_non_conjugate_components_is_refused_by_vmp():
     assert not y.factor.conjugate
     with pytest.raises(ValueError, match="non-conjugate factor.*ncvmp"):
         bg.Model(y).fit("vmp")
+
+
+def test_the_callback_and_progress_follow_the_restarts_not_the_screens_candidates():
+    """A screened restart's candidates are part of choosing its start: the callback sees
+    the R restarts' own iterations (each run's last ELBO is its restart_elbos entry), and
+    a callback that stops a run early does not cut the screen short (the same starts
+    are chosen as without it)."""
+    from blrgraph.inference import starts
+    X = _hard_data()
+    seen = []
+    model, *_ = gmm(X, 5)
+    fit = model.fit("vmp", seed=20, restarts=3, callback=lambda it, L: seen.append((it, L)))
+    assert starts.restart_start(2) == "screened"
+    runs = [[]]
+    for it, L in seen:
+        if it == 1 and runs[-1]:
+            runs.append([])
+        runs[-1].append(L)
+    assert len(runs) == 3
+    np.testing.assert_allclose([r[-1] for r in runs], fit.restart_elbos, rtol=1e-12)
+    plain, *_ = gmm(X, 5)
+    want = plain.fit("vmp", seed=23, restarts=3)
+    stopped, *_ = gmm(X, 5)   # (was: a screen of 1 sweep, which chose another start)
+    early = stopped.fit("vmp", seed=23, restarts=3, callback=lambda it, L: True)
+    assert early.n_iter == 1
+    assert early.restart_seeds == want.restart_seeds
+    assert early.restart_starts == want.restart_starts
+
+
+def test_two_corpora_sharing_topics_both_start_from_their_documents():
+    """z2 reads theta2[doc] on the axis of the second observed node (not the first one's):
+    it has per-entry mixture weights all the same, so it starts from its documents (was:
+    treated as a mixture over data and started by k-means of its one-hot words), and a
+    screened restart never applies to it."""
+    from blrgraph.inference import starts
+    rng = np.random.default_rng(0)
+    D, K, V = 20, 3, 8
+    doc = np.repeat(np.arange(D), 10)
+    phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+    zs, ys = [], []
+    for c in (1, 2):
+        theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name=f"theta{c}")
+        zs.append(bg.Categorical(theta[doc], name=f"z{c}"))
+        ys.append(bg.Mixture(zs[-1], bg.Categorical, phi, name=f"y{c}").observe(
+            rng.integers(0, V, len(doc))))
+    model = bg.Model(*ys)
+    for z in zs:
+        assert starts.default_start(_structure(model), z) == "documents"
+    fit = model.fit("vmp", seed=0, max_iter=20)
+    assert fit.start == "documents"
+    assert np.all(np.isfinite(fit.elbo_trace))
+    assert model.fit("vmp", seed=0, max_iter=5, restarts=3).restart_starts == ["documents"] * 3
+
+
+def test_lda_with_a_two_dimensional_gather_index_starts_from_topics():
+    """z under theta[doc] with doc of shape (documents, tokens): per-entry mixture weights
+    all the same (was: taken for a mixture over data, started by k-means of one-hot words
+    and converged in 4 sweeps at an ELBO below the random topics' optimum). "documents"
+    needs a 1-d gather, so the default falls back to "topics" and reaches its fit."""
+    from blrgraph.inference import starts
+    rng = np.random.default_rng(0)
+    D, K, V = 20, 3, 8
+    doc = np.repeat(np.arange(D), 10).reshape(D, 10)
+    word = rng.integers(0, V, doc.shape)
+
+    def build():
+        theta = bg.Dirichlet(0.5 * np.ones(K), plates=(D,), name="theta")
+        phi = bg.Dirichlet(0.1 * np.ones(V), plates=(K,), name="phi")
+        z = bg.Categorical(theta[doc], name="z")
+        y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word)
+        return bg.Model(y), z
+
+    model, z = build()
+    assert starts.default_start(_structure(model), z) == "documents"
+    fit = model.fit("vmp", seed=0, max_iter=200)
+    assert fit.start == "topics"
+    alone, _ = build()
+    np.testing.assert_allclose(fit.elbo_trace, alone.fit("vmp", seed=0, max_iter=200,
+                                                         init="topics").elbo_trace, rtol=1e-12)

@@ -87,3 +87,9 @@ def test_observed_mean_cov_jitters_each_column_on_its_own_scale():
     np.testing.assert_allclose(m2[0], X[10:, 0].mean(), rtol=1e-12)
     var = np.array([X2[10:, 0].var(), X2[:, 1].var(), 1.0])   # over each column's observed cells
     np.testing.assert_allclose(C2, np.cov(X2[10:].T) + 1e-6 * np.diag(var), rtol=1e-12, atol=0)
+    mask[:, 1] = False                    # an empty column: mean 0, variance 1 (was: mean NaN);
+    # no complete rows: the diagonal of the observed variances (a constant column: 1)
+    m3, C3 = io.observed_mean_cov(X2, mask)
+    np.testing.assert_allclose(m3, [X[10:, 0].mean(), 0.0, 3.0], rtol=1e-12)
+    np.testing.assert_allclose(np.diag(C3), np.array([X2[10:, 0].var(), 1.0, 1.0]) +
+                               1e-6 * np.array([X2[10:, 0].var(), 1.0, 1.0]), rtol=1e-12)

@@ -56,6 +56,7 @@ def adopt(model, method, plan, opts):
         # minibatches drawn as in memory (the same rows for the same seed), fitted on the
         # workers that hold them: only their indices travel (DaskMinibatches)
         plan.rows = DaskMinibatches(model, plan)
+        plan.used_starts = dict(plan.starts)  # (FitResult.start)
         plan.starts = {}                     # the first minibatch's start: DaskBatchView
         return plan
     if method.nonconjugate or method.step == "damped":
@@ -68,6 +69,7 @@ def adopt(model, method, plan, opts):
                          f"partition and the globals); drop local_restart=False")
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
+    plan.used_starts = dict(plan.starts)     # (FitResult.start)
     plan.starts = {}                         # the starts are taken on the workers
     return plan
 
@@ -378,6 +380,8 @@ class DaskView(DataView):
                     if not isinstance(init, Default):
                         raise
                     kind = "random"
+                    if self.plan.used_starts is not None:   # FitResult.start names it
+                        self.plan.used_starts[self.model[name]] = Default(kind)
             conc = DIFFUSE if kind == "diffuse" else 1.0
             out[name] = ("random", conc, int(self.rng.integers(2 ** 63)))
         return out
@@ -533,19 +537,21 @@ class DaskBatchView(DaskView):
         """The starts of the minibatch's assignments drawn on the driver as in memory
         (the same rng draws): a random start needs the entries' count only; a k-means
         start reads the minibatch's rows (|B| rows, once per fit)."""
-        from .starts import start_assignment
+        from .starts import Default, start_assignment
         out = {}
         for z, init in self.batch_starts.items():
             if isinstance(init, np.ndarray):
                 init = init[self.idx[z]]
-            elif str(init) in ("kmeans", "kmeans++"):
+            if not isinstance(init, np.ndarray) and str(init) in ("kmeans", "kmeans++"):
                 with RowView(self.model, self.structure, self.rows):
-                    start_assignment(self.model, z, self.rng, init)
+                    used = start_assignment(self.model, z, self.rng, init)
                     out[z.name] = np.array(z.nat[0])
-                continue
-            stub = _Assignments(z, len(self.idx[z]))
-            start_assignment(self.model, stub, self.rng, init)
-            out[z.name] = np.asarray(stub.nat[0])
+            else:
+                stub = _Assignments(z, len(self.idx[z]))
+                used = start_assignment(self.model, stub, self.rng, init)
+                out[z.name] = np.asarray(stub.nat[0])
+            if isinstance(used, Default) and self.plan.used_starts is not None:
+                self.plan.used_starts[z] = used      # a fallback (FitResult.start)
         return out
 
     def _run_batch(self, start=None):

@@ -100,8 +100,10 @@ def _screens(model, method, opts):
 def _screened_start(model, method, opts, seed):
     """(seed, start) of one restart: the start of SCREEN_STARTS, each with its own seed
     (seed * len(SCREEN_STARTS) + j), whose fit has the highest ELBO after SCREEN_SWEEPS
-    sweeps (or at convergence, if sooner)."""
-    short = dataclasses.replace(opts, max_iter=min(SCREEN_SWEEPS, opts.max_iter or SCREEN_SWEEPS))
+    sweeps (or at convergence, if sooner). The candidates are not the fit's runs: the
+    callback and the progress bar do not see them."""
+    short = dataclasses.replace(opts, max_iter=min(SCREEN_SWEEPS, opts.max_iter or SCREEN_SWEEPS),
+                                callback=None, progress=False)
     best = None
     for j, start in enumerate(SCREEN_STARTS):
         s = int(seed) * len(SCREEN_STARTS) + j
@@ -231,7 +233,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
-    res.start = _start_name(plan.starts)
+    res.start = _start_name(plan.starts if plan.used_starts is None else plan.used_starts)
     model.fit_result = res
     return res
 

@@ -46,6 +46,8 @@ class Plan:
     rho: float = None                 # the user's constant step (overrides Robbins-Monro)
     warmup: int = 0                   # rho = 1 rounds on the first minibatch (SVI)
     resume: dict = None               # saved iteration state of a stochastic run
+    used_starts: dict = None          # {assignment node: start} when ``starts`` is taken
+                                      # elsewhere (Dask), for FitResult.start
     trace: list = field(default_factory=list)
 
 

@@ -63,6 +63,9 @@ def check_init(model, init, assignments):
             if z not in assignments:
                 raise ValueError(f"init=: {key!r} is not a mixture assignment of this model; "
                                  f"give responsibilities of {[a.name for a in assignments]}")
+            if isinstance(value, str) and value not in INITS:
+                raise ValueError(f"init={{{key!r}: {value!r}}}: choose one of {list(INITS)} or an "
+                                 f"array of responsibilities of {z.label()}")
             out[z] = value if isinstance(value, str) else _responsibilities(z, value)
         return out
     if len(assignments) != 1:
@@ -156,8 +159,10 @@ def default_start(structure, z, restart=0, batch=True):
     "documents" in a batch fit, "diffuse" under SVI and Dask (``batch=False``); for a
     mixture over data, restart_start(restart): "kmeans" for a single fit (a "screened"
     restart where fit() does not screen, e.g. on Dask, is "random")."""
-    local = set(structure.links)
-    if any(p in local for p in z.parents):
+    from ..graph.deterministic import Gather
+    local = structure.on_axis   # any observed node's axis (two corpora: two theta[doc])
+    # (a gather of a local node: theta[doc] with a 2-d doc, which the axis does not cross)
+    if any(p in local or (isinstance(p, Gather) and p.source in local) for p in z.parents):
         return "documents" if batch else "diffuse"
     name = restart_start(restart)
     return "random" if name == "screened" else name
@@ -223,7 +228,9 @@ def documents_responsibilities(model, z, K, rng):
     X.sum_duplicates()
     n_words = np.asarray(X.sum(axis=1)).ravel()
     if np.count_nonzero(n_words) < K:
-        raise ValueError(f"init='documents': fewer than K={K} documents with observed words")
+        raise ValueError(f"init='documents': {z.label()} reads fewer than K={K} documents with "
+                         f"observed words ({np.count_nonzero(n_words)}); use init='topics' or "
+                         f"fewer components")
     S = (sparse.diags(1.0 / np.where(n_words > 0, n_words, 1.0)) @ X).sqrt().tocsr()
     labels = min((spherical_kmeans(S, K, rng) for _ in range(DOC_KMEANS_INITS)),
                  key=lambda run: run[1])[0]

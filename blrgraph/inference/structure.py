@@ -26,7 +26,8 @@ class _Reroot(Exception):
 class Structure:
     """``root`` (the node whose first plate axis is the data axis), ``N`` (its length),
     ``links`` (node -> (kind, via): how the axis reaches it), ``local`` / ``globals``
-    (latent nodes on / off the axis, in schedule order) and ``assignments`` (latent
+    (latent nodes on / off the axis, in schedule order), ``on_axis`` (every node on the
+    axis of some observed node, deterministic ones too) and ``assignments`` (latent
     Categorical selectors of a mixture)."""
 
     def __init__(self, model, batch_over=None, strict=False):
@@ -46,6 +47,7 @@ class Structure:
         self.N = root.plates[0] if root is not None else 0
         self.order = [n for n in model.nodes if n in self.links]
         on_axis = set(self.links) if explicit else self._all_axes(model, self.links)
+        self.on_axis = on_axis   # every node on a data axis (deterministic ones too)
         self.local = [n for n in model.schedule if n in on_axis]
         self.globals = [n for n in model.schedule if n not in on_axis]
         self.assignments = [n for n in model.latent if _is_assignment(model, n)]

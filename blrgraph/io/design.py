@@ -238,7 +238,7 @@ def observed_mean_cov(X, mask):
     """Column means and a positive-definite covariance of X (N, D) from its observed
     cells (``mask`` True): the covariance of the complete rows when there are more than
     D + 1 of them, else the diagonal of the observed variances; a constant or empty
-    column counts as variance 1. Each column gets a jitter of 1e-6 times its own
+    column counts as variance 1 (an empty column as mean 0). Each column gets a jitter of 1e-6 times its own
     variance, so a constant column is not singular and a column whose scale is far below
     the others' is not swamped (one shared jitter would be)."""
     X = np.asarray(X, dtype=float)
@@ -248,6 +248,7 @@ def observed_mean_cov(X, mask):
         warnings.simplefilter("ignore", RuntimeWarning)   # an empty column: variance 1
         m0 = np.nanmean(Xm, axis=0)
         var = np.nanvar(Xm, axis=0)
+    m0 = np.where(np.isfinite(m0), m0, 0.0)   # an empty column: mean 0
     var = np.where(np.isfinite(var) & (var > 0), var, 1.0)
     complete = mask.all(axis=1)
     D = X.shape[1]
