@@ -249,18 +249,13 @@ def spherical_kmeans(S, K, rng):
     sum_n (1 - max_k <S_n, C_k>), half the sum of squared distances to the centres."""
     n = S.shape[0]
     live = np.asarray(S.power(2).sum(axis=1)).ravel() > 0
-    trials = 2 + int(np.log(K))
+
+    def dist(rows):   # 1 - cosine from rows to every row, (len(rows), n); 0 at empty rows
+        return np.where(live, np.maximum(1.0 - (S @ S[rows].toarray().T).T, 0.0), 0.0)
+
     first = rng.choice(np.flatnonzero(live))
-    C = S[first].toarray()
-    d = np.where(live, np.maximum(1.0 - (S @ C.T)[:, 0], 0.0), 0.0)
-    for _ in range(1, K):
-        p = d if d.sum() > 0 else live.astype(float)
-        cand = rng.choice(n, size=trials, p=p / p.sum())
-        Cc = S[cand].toarray()
-        new = np.minimum(d[:, None], np.where(live[:, None], np.maximum(1.0 - S @ Cc.T, 0.0), 0.0))
-        best = int(np.argmin(new.sum(axis=0)))
-        C = np.vstack([C, Cc[best]])
-        d = new[:, best]
+    seeds = _greedy_seeds(first, dist([first])[0], live.astype(float), K, rng, dist)
+    C = S[seeds].toarray()
     labels = None
     for _ in range(KMEANS_MAX_ITER):
         sim = S @ C.T
@@ -361,26 +356,32 @@ def kmeans(X, M, w, K, rng, lloyd=True):
 
 
 def _seeds(X, w, K, rng):
-    """Greedy k-means++ (as scikit-learn's KMeans seeds): each new centre is the best, by
-    the weighted sum of squared distances to the nearest centre, of 2 + log K candidates
-    drawn with probability proportional to that squared distance."""
-    n = X.shape[0]
-    trials = 2 + int(np.log(K))
-    centres = np.empty((K, X.shape[1]))
-    centres[0] = X[rng.choice(n, p=w / w.sum())]
-    d2 = np.sum((X - centres[0]) ** 2, axis=1)
+    """Greedy k-means++ seeds (:func:`_greedy_seeds`) of the rows X, (K, D)."""
+    first = rng.choice(X.shape[0], p=w / w.sum())
     sq = np.sum(X * X, axis=1)
-    for k in range(1, K):
+    rows = _greedy_seeds(first, np.sum((X - X[first]) ** 2, axis=1), w, K, rng,
+                         lambda c: np.maximum(sq[None, :] - 2.0 * X[c] @ X.T + sq[c][:, None], 0.0))
+    return X[rows]
+
+
+def _greedy_seeds(first, d2, w, K, rng, dist):
+    """Greedy k-means++ (as scikit-learn's KMeans seeds): from the row ``first`` (d2: every
+    row's distance to it), each new seed is the best, by the w-weighted sum of distances
+    to the nearest seed, of 2 + log K candidates drawn with probability proportional to
+    w times that distance. ``dist(rows)``: (len(rows), n) distances. Returns K row numbers."""
+    n = len(d2)
+    trials = 2 + int(np.log(K))
+    seeds = [int(first)]
+    for _ in range(1, K):
         p = w * d2
-        if p.sum() <= 0:  # fewer distinct points than components: draw among the observed
+        if p.sum() <= 0:  # fewer distinct rows than components: draw among the weighted
             p = w
         cand = rng.choice(n, size=trials, p=p / p.sum())
-        dc = np.maximum(sq[None, :] - 2.0 * X[cand] @ X.T + sq[cand][:, None], 0.0)
-        new = np.minimum(d2[None, :], dc)
+        new = np.minimum(d2[None, :], dist(cand))
         best = int(np.argmin(new @ w))
-        centres[k] = X[cand[best]]
+        seeds.append(int(cand[best]))
         d2 = new[best]
-    return centres
+    return seeds
 
 
 def _nearest(MX, MX2, M, C):
