@@ -654,3 +654,19 @@ def test_lda_with_a_two_dimensional_gather_index_starts_from_topics():
     alone, _ = build()
     np.testing.assert_allclose(fit.elbo_trace, alone.fit("vmp", seed=0, max_iter=200,
                                                          init="topics").elbo_trace, rtol=1e-12)
+
+
+def test_documents_start_with_fewer_distinct_documents_than_topics_falls_back():
+    """Copies of two documents cannot fill K=3 clusters: an explicit init="documents" is
+    refused naming the fix (a topic would start at its prior, tied with any other such);
+    the default falls back to "topics" and says so in FitResult.start."""
+    D = 12
+    doc = np.repeat(np.arange(D), 4)
+    word = np.tile(np.array([[0, 1, 2, 3], [4, 5, 6, 7]]), (D // 2, 1)).ravel()
+    theta = bg.Dirichlet(0.5 * np.ones(3), plates=(D,), name="theta")
+    phi = bg.Dirichlet(0.1 * np.ones(8), plates=(3,), name="phi")
+    z = bg.Categorical(theta[doc], name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="y").observe(word, weights=np.full(len(word), 3.0))
+    with pytest.raises(ValueError, match=r"fewer than K=3 distinct clusters \(2\); use init='topics'"):
+        bg.Model(y).fit("vmp", init="documents", max_iter=2)
+    assert bg.Model(y).fit("vmp", seed=0, max_iter=5).start == "topics"

@@ -237,6 +237,10 @@ def documents_responsibilities(model, z, K, rng):
     A = sparse.csr_matrix((np.ones(len(labels)), (labels, np.arange(len(labels)))),
                           shape=(K, len(labels)))
     counts = np.asarray((A @ X).todense())
+    empty = int(np.count_nonzero(counts.sum(axis=1) == 0))
+    if empty:   # fewer distinct documents than topics: those topics would start tied
+        raise ValueError(f"init='documents': the documents of {z.label()} form fewer than K={K} "
+                         f"distinct clusters ({K - empty}); use init='topics' or fewer components")
     phi.set_natural((phi.prior_natural()[0] + counts,))
     blr_step(model, z, 1.0)
     return np.asarray(z.moments()[0], dtype=float)
