@@ -670,3 +670,21 @@ def test_documents_start_with_fewer_distinct_documents_than_topics_falls_back():
     with pytest.raises(ValueError, match=r"fewer than K=3 distinct clusters \(2\); use init='topics'"):
         bg.Model(y).fit("vmp", init="documents", max_iter=2)
     assert bg.Model(y).fit("vmp", seed=0, max_iter=5).start == "topics"
+
+
+def test_kmeans_with_fewer_observed_rows_than_components_is_refused_naming_the_fix():
+    """Two observed rows cannot seed K=3 k-means centres: an explicit init="kmeans" is
+    refused naming the fix; the default falls back to "random" and says so."""
+    X = np.array([[0.0, 1.0], [2.0, 3.0], [0.0, 0.0]])
+
+    def model():
+        w = bg.Dirichlet(np.ones(3), name="w")
+        theta = bg.NormalWishart(np.zeros(2), 0.01, 4.0, np.eye(2) / 4.0, plates=(3,), name="theta")
+        z = bg.Categorical(w, plates=(3,), name="z")
+        y = bg.Mixture(z, bg.MultivariateNormal, theta, name="y").observe(
+            X, mask=np.array([True, True, False]))
+        return bg.Model(y)
+
+    with pytest.raises(ValueError, match="fewer than K=3 observed entries; use init='random'"):
+        model().fit("vmp", init="kmeans", max_iter=2)
+    assert model().fit("vmp", seed=0, max_iter=5).start == "random"

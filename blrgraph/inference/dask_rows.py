@@ -398,7 +398,7 @@ class DaskView(DataView):
         w = (M.max(axis=1) > 0).astype(float)
         if np.count_nonzero(w) < K:
             raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries "
-                             f"in the sample")
+                             f"in the sample; use init='random' or fewer components")
         _, C = kmeans(X, M, w, K, self.rng, lloyd)
         return ("kmeans", C, scale)
 

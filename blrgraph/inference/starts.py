@@ -333,7 +333,8 @@ def kmeans_responsibilities(model, z, K, rng, lloyd=True):
     X, M = assignment_features(model, z)
     w = (M.max(axis=1) > 0).astype(float)
     if np.count_nonzero(w) < K:
-        raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries")
+        raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries; use "
+                         f"init='random' or fewer components")
     labels, _ = kmeans(X, M, w, K, rng, lloyd)
     r = np.zeros((X.shape[0], K))
     r[np.arange(X.shape[0]), labels] = 1.0
