@@ -532,3 +532,19 @@ def test_mixture_sample_moments():
     np.testing.assert_allclose(new.weights[0], w.posterior.mean, atol=1e-12)
     _check_sample_moments(new)
     _check_sample_moments(x.predictive()[:2])
+
+
+def test_a_fixed_parent_and_its_gather_draw_their_own_entries_in_one_predictive():
+    """A fixed parent (data or a point mass) and its gather node[idx] keep the same node
+    (for its shift) but hold different entries: drawn in one predictive (one cache) each
+    gives its own values (the gather used to get the source's draws back)."""
+    from blrgraph.graph.predictive import ParentDist
+    node = object()
+    src = ParentDist(node, "fixed", (3,), value=np.array([1.0, 2.0, 3.0]))
+    gathered = src.take(np.array([2, 2, 0, 1]))
+    cache, rng = {}, np.random.default_rng(0)
+    a = src.draw(5, rng, cache)
+    b = gathered.draw(5, rng, cache)
+    assert a.shape == (5, 3) and b.shape == (5, 4)
+    np.testing.assert_array_equal(b, np.broadcast_to([3.0, 3.0, 1.0, 2.0], (5, 4)))
+    assert gathered.node is node

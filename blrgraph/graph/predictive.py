@@ -898,14 +898,16 @@ class ParentDist:
 
     def draw(self, S, rng, cache):
         """S values drawn from q: shape (S,) + plates + event (a pair for joint nodes).
-        Draws of one node are shared by every reader in the same predictive."""
+        Draws of one node are shared by every reader in the same predictive. A fixed
+        value is not cached: it draws nothing, and its gather ``node[idx]`` (:meth:`take`)
+        keeps the node (for its shift) while holding other entries."""
+        if self.kind == "fixed":
+            v = np.asarray(self.value)
+            return np.broadcast_to(v, (S,) + v.shape)
         key = id(self.node) if self.node is not None else id(self)
         if key in cache:
             return cache[key]
-        if self.kind == "fixed":
-            v = np.asarray(self.value)
-            out = np.broadcast_to(v, (S,) + v.shape)
-        elif self.kind == "q":
+        if self.kind == "q":
             out = self.family.sample(self.nat, rng, S)
         else:
             out = self._draw(S, rng, cache)
@@ -958,7 +960,6 @@ class Context:
         self.seed = seed
         self.inputs = inputs or {}
         self.values = values
-        self.cache = {}
 
 
 def monte_carlo(factor, q, plates, ctx, mean=None, var=None):
