@@ -134,7 +134,7 @@ def mp_mvn_known_precision(X, m0, L0, L):
                 float(lev))
 
 
-def check_result(res, params, lev, scales, rtol=1e-12):
+def assert_result(res, params, lev, scales, rtol=1e-12):
     for k, v in params.items():
         close(res.params[k], v, rtol, scale=scales.get(k, 0.0), what=k)
     close(res.log_evidence, lev, rtol, scale=1.0, what="log evidence")
@@ -148,10 +148,10 @@ def test_closed_form_normal_gamma_and_known_precision_match_exact_arithmetic(off
     x, _ = data(seed, n, offset, scale)
     m0, b0 = offset + rel * scale, 0.7 * scale ** 2
     params, lev = mp_normal_gamma(x, m0, k0, 2.0, b0)
-    check_result(cf.normal_gamma(x, m0, k0, 2.0, b0), params, lev, {"mean": scale})
+    assert_result(cf.normal_gamma(x, m0, k0, 2.0, b0), params, lev, {"mean": scale})
     p = 1.0 / scale ** 2
     params, lev = mp_normal_known_precision(x, m0, k0 * p, p)
-    check_result(cf.normal_known_precision(x, m0, k0 * p, p), params, lev, {"mean": scale})
+    assert_result(cf.normal_known_precision(x, m0, k0 * p, p), params, lev, {"mean": scale})
 
 
 @SETTINGS
@@ -163,10 +163,10 @@ def test_closed_form_normal_wishart_and_mvn_match_exact_arithmetic(offset, scale
     m0 = X.mean(axis=0) + 0.3 * scale
     W0 = np.array([[1.0, 0.3], [0.3, 2.0]]) / scale ** 2
     params, lev = mp_normal_wishart(X, m0, k0, 3.5, W0)
-    check_result(cf.normal_wishart(X, m0, k0, 3.5, W0), params, lev, {"mean": scale})
+    assert_result(cf.normal_wishart(X, m0, k0, 3.5, W0), params, lev, {"mean": scale})
     L = np.linalg.inv(W0) * 0 + np.array([[2.0, 0.4], [0.4, 1.0]]) / scale ** 2
     params, lev = mp_mvn_known_precision(X, m0, k0 * L, L)
-    check_result(cf.mvn_known_precision(X, m0, k0 * L, L), params, lev, {"mean": scale})
+    assert_result(cf.mvn_known_precision(X, m0, k0 * L, L), params, lev, {"mean": scale})
 
 
 def test_closed_form_normal_gamma_kept_its_digits_where_it_used_to_lose_them():
