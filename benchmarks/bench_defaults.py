@@ -34,7 +34,8 @@ Parts (``--parts``, comma-separated; default all):
   bench_lda.py, and with ``lee`` on a real corpus: the Lee background corpus (300 news
   articles of the Australian Broadcasting Corporation) that gensim ships inside its
   wheel (gensim/test/test_data/lee_background.cor; read as a text file, gensim is not
-  imported; ``pip install -e '.[bench]'`` or ``pip install gensim``).
+  imported; ``pip install -e '.[bench]'`` or ``pip install gensim``); with ``wiki`` on
+  the 250 stemmed Wikipedia articles of gensim/test/test_data/head500.noblanks.cor.
 * ``svi-gmm``: 200k x 2, K=5 (bench_gmm.py's data), ``fit("svi", batch_size=B,
   epochs=3)`` against the batch optimum ``fit("vmp")``: full ELBO gap.
 * ``svi-lda``: ``fit("svi", batch_size=256)`` (everything else default) against sklearn
@@ -264,16 +265,22 @@ def part_gmm_starts(args, out):
 # =========================================================================================
 # LDA
 # =========================================================================================
-def lee_corpus(heldout=0.1, seed=0, min_df=2):
-    """The Lee background corpus (300 news articles) shipped in gensim's wheel, as counts
-    (sklearn CountVectorizer, English stop words, words in >= min_df documents), split
-    as bench_lda.make_corpus does (10% of documents held out, tokens halved)."""
+#: real corpora shipped as text files (one document per line) in gensim's wheel
+GENSIM_CORPORA = {"lee": "lee_background.cor",      # 300 news articles (ABC)
+                  "wiki": "head500.noblanks.cor"}   # 250 Wikipedia articles, stemmed
+
+
+def lee_corpus(heldout=0.1, seed=0, min_df=2, name="lee"):
+    """A real corpus shipped in gensim's wheel (GENSIM_CORPORA; the Lee background corpus
+    by default), as counts (sklearn CountVectorizer, English stop words, words in >= min_df
+    documents; documents of 10 or more words), split as bench_lda.make_corpus does (10% of
+    documents held out, tokens halved)."""
     import importlib.util
     from sklearn.feature_extraction.text import CountVectorizer
     spec = importlib.util.find_spec("gensim")
     if spec is None:
-        raise RuntimeError("the Lee corpus comes from gensim's wheel: pip install -e '.[bench]' (or pip install gensim)")
-    path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", "lee_background.cor")
+        raise RuntimeError("the real corpora come from gensim's wheel: pip install -e '.[bench]' (or pip install gensim)")
+    path = os.path.join(spec.submodule_search_locations[0], "test", "test_data", GENSIM_CORPORA[name])
     with open(path, encoding="utf-8", errors="replace") as f:
         docs = [line.strip() for line in f if line.strip()]
     cv = CountVectorizer(stop_words="english", min_df=min_df, token_pattern=r"(?u)\b[a-zA-Z][a-zA-Z]+\b")
@@ -353,13 +360,13 @@ def part_lda(args, out, which):
         out["lda_corpus_synthetic"] = {"docs": 3000, "V": 1500, "K": 20, "nnz": corpus["train"].nnz}
         for seed in range(args.lda_repeats):
             lda_compare("synthetic", corpus, 20, alpha, eta, args, out, online=(which == "svi-lda"), seed=seed)
-    if which == "lee":
-        corpus = lee_corpus()
-        out["lda_corpus_lee"] = {k: corpus[k] for k in ("n_docs", "V", "tokens")}
-        out["lda_corpus_lee"]["train_nnz"] = corpus["train"].nnz
-        print(f"Lee corpus: {corpus['n_docs']} docs, V={corpus['V']}, {corpus['tokens']} tokens", flush=True)
+    if which in GENSIM_CORPORA:
+        corpus = lee_corpus(name=which)
+        out[f"lda_corpus_{which}"] = {k: corpus[k] for k in ("n_docs", "V", "tokens")}
+        out[f"lda_corpus_{which}"]["train_nnz"] = corpus["train"].nnz
+        print(f"{which} corpus: {corpus['n_docs']} docs, V={corpus['V']}, {corpus['tokens']} tokens", flush=True)
         for seed in range(args.lda_repeats):
-            lda_compare("lee", corpus, args.lee_topics, 1.0 / args.lee_topics, 1.0 / args.lee_topics, args, out,
+            lda_compare(which, corpus, args.lee_topics, 1.0 / args.lee_topics, 1.0 / args.lee_topics, args, out,
                         seed=seed)
 
 
@@ -602,7 +609,7 @@ def main(argv=None):
                 part_gmm(args, out)
             elif part == "gmm-starts":
                 part_gmm_starts(args, out)
-            elif part in ("lda", "lee", "svi-lda"):
+            elif part in ("lda", "svi-lda") or part in GENSIM_CORPORA:
                 part_lda(args, out, part)
             elif part == "svi-gmm":
                 part_svi_gmm(args, out)
