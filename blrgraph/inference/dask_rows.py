@@ -56,7 +56,6 @@ def adopt(model, method, plan, opts):
         # minibatches drawn as in memory (the same rows for the same seed), fitted on the
         # workers that hold them: only their indices travel (DaskMinibatches)
         plan.rows = DaskMinibatches(model, plan)
-        plan.used_starts = dict(plan.starts)  # (FitResult.start)
         plan.starts = {}                     # the first minibatch's start: DaskBatchView
         return plan
     if method.nonconjugate or method.step == "damped":
@@ -69,7 +68,6 @@ def adopt(model, method, plan, opts):
                          f"partition and the globals); drop local_restart=False")
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
-    plan.used_starts = dict(plan.starts)     # (FitResult.start)
     plan.starts = {}                         # the starts are taken on the workers
     return plan
 
@@ -380,8 +378,7 @@ class DaskView(DataView):
                     if not isinstance(init, Default):
                         raise
                     kind = "random"
-                    if self.plan.used_starts is not None:   # FitResult.start names it
-                        self.plan.used_starts[self.model[name]] = Default(kind)
+                    self.plan.used_starts[self.model[name]] = Default(kind)  # FitResult.start
             conc = DIFFUSE if kind == "diffuse" else 1.0
             out[name] = ("random", conc, int(self.rng.integers(2 ** 63)))
         return out
@@ -550,7 +547,7 @@ class DaskBatchView(DaskView):
                 stub = _Assignments(z, len(self.idx[z]))
                 used = start_assignment(self.model, stub, self.rng, init)
                 out[z.name] = np.asarray(stub.nat[0])
-            if isinstance(used, Default) and self.plan.used_starts is not None:
+            if isinstance(used, Default):
                 self.plan.used_starts[z] = used      # a fallback (FitResult.start)
         return out
 

@@ -168,7 +168,7 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
                 points=points,
                 starts=starts, max_iter=budget, tol=opts.tol, callback=opts.callback,
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
-                warmup=warmup)
+                warmup=warmup, used_starts=dict(starts))
     if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
         driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
         if driver:
@@ -233,7 +233,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
-    res.start = _start_name(plan.starts if plan.used_starts is None else plan.used_starts)
+    res.start = _start_name(plan.used_starts)
     model.fit_result = res
     return res
 

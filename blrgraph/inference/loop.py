@@ -46,8 +46,8 @@ class Plan:
     rho: float = None                 # the user's constant step (overrides Robbins-Monro)
     warmup: int = 0                   # rho = 1 rounds on the first minibatch (SVI)
     resume: dict = None               # saved iteration state of a stochastic run
-    used_starts: dict = None          # {assignment node: start} when ``starts`` is taken
-                                      # elsewhere (Dask), for FitResult.start
+    used_starts: dict = None          # {assignment node: start actually used, after any
+                                      # fallback}, for FitResult.start (also on Dask)
     trace: list = field(default_factory=list)
 
 
@@ -100,8 +100,8 @@ class Run:
             if isinstance(init, np.ndarray) and rows is not None:
                 init = init[rows]          # a minibatch: the rows of the given start
             used = start_assignment(self.model, z, self.rng, init)
-            if isinstance(used, Default):   # FitResult.start names the start actually used
-                self.plan.starts[z] = used
+            if isinstance(used, Default):   # a default's fallback (FitResult.start)
+                self.plan.used_starts[z] = used
         if self.plan.rows.stochastic:
             self.update_globals(view, rho=1.0)
             for _ in range(self.plan.warmup):
