@@ -234,9 +234,7 @@ def documents_responsibilities(model, z, K, rng):
     S = (sparse.diags(1.0 / np.where(n_words > 0, n_words, 1.0)) @ X).sqrt().tocsr()
     labels = min((spherical_kmeans(S, K, rng) for _ in range(DOC_KMEANS_INITS)),
                  key=lambda run: run[1])[0]
-    A = sparse.csr_matrix((np.ones(len(labels)), (labels, np.arange(len(labels)))),
-                          shape=(K, len(labels)))
-    counts = np.asarray((A @ X).todense())
+    counts = _sum_by_label(labels, K, X)
     empty = int(np.count_nonzero(counts.sum(axis=1) == 0))
     if empty:   # fewer distinct documents than topics: those topics would start tied
         raise ValueError(f"init='documents': the documents of {z.label()} form fewer than K={K} "
@@ -267,12 +265,19 @@ def spherical_kmeans(S, K, rng):
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
-        A = sparse.csr_matrix((live.astype(float), (labels, np.arange(n))), shape=(K, n))
-        M = np.asarray((A @ S).todense())
+        M = _sum_by_label(labels, K, S, live.astype(float))
         norm = np.linalg.norm(M, axis=1)
         C = np.where(norm[:, None] > 0, M / np.where(norm > 0, norm, 1.0)[:, None], C)
     objective = float(np.sum(np.where(live, 1.0 - sim.max(axis=1), 0.0)))
     return labels, objective
+
+
+def _sum_by_label(labels, K, M, weights=None):
+    """(K, columns) dense: row k the (weighted) sum of the rows of the sparse M labelled k."""
+    n = len(labels)
+    A = sparse.csr_matrix((np.ones(n) if weights is None else weights, (labels, np.arange(n))),
+                          shape=(K, n))
+    return np.asarray((A @ M).todense())
 
 
 def assignment_features(model, z):
