@@ -1,11 +1,11 @@
-"""Potential(logp, *parents): a user log-factor over Gaussian nodes (NCVMP by autograd).
+"""Potential(logp, *parents, data=...): a user log-factor over Gaussian nodes (docs/blr.md).
 
     w = bg.MultivariateNormal(np.zeros(D), np.eye(D), name="w")
-    def loglik(w):                                 # autograd.numpy, one draw or a batch
-        a = w @ X.T                                # (..., N)
-        return anp.sum(y * a - anp.logaddexp(0.0, a), axis=-1)
-    lik = bg.Potential(loglik, w, name="lik")
-    bg.Model(lik).fit("ncvmp")
+    def loglik(w, X, y):                           # autograd.numpy; w is (D,) or (S, D)
+        a = w @ X.T                                # (..., rows)
+        return y * a - anp.logaddexp(0.0, a)       # one log-factor per row
+    lik = bg.Potential(loglik, w, data=(X, y), name="lik")
+    bg.Model(lik).fit("ncvmp")                     # or "laplace", "gd", "sgd", "map", "svi"
 
 Design. A Potential is a factor with no variable of its own. It is a node of the
 graph (so ``Model(lik)`` finds its parents) and counts as *observed* data: it is
@@ -15,32 +15,36 @@ sends each parent the natural-gradient (mu-gradient) message of docs/math.md §4
     g = E_q[grad logp],  H = E_q[hess logp]         (Bonnet / Price)
     message = (g - H m, H / 2)                      (in T-coordinates (x, x x^T))
 
-It subclasses ``Stochastic`` only so the engine's bookkeeping (``observed``,
-``factor``, ``message_to``, ``elbo_term``) applies unchanged; it has no family,
-no data, and cannot be a parent (``moments()`` raises).
+Data. With ``data=(A1, A2, ...)`` (arrays sharing their leading axis: the rows),
+``logp(*values, *data)`` returns one log-factor per row and the Potential has plates
+(N,): the scheduler knows N, masks rows (``mask=``, and rows holding NaN), weights them
+(``weights=``), cuts minibatches scaled by N/|B| (``fit("svi")``, ``fit("sgd")``) exactly
+as for an observed node. Without data, ``logp(*values)`` returns one number.
 
-Expectations are Monte Carlo over *fixed* draws (common random numbers): for each
-parent ``samples`` antithetic standard-normal draws (z, -z), seeded by ``seed``,
-drawn once; at every iteration x = m + chol(Sigma) z. The estimate is then a
-smooth deterministic function of q, so the damped BLR iteration has a fixed
-point and the ELBO trace is not noisy; the fixed point differs from the exact
-one by the Monte Carlo error only. Gradients and Hessians come from autograd.
+Expectations. Over a fixed set of S standard-normal draws (common random numbers:
+drawn once per fit, so the estimate is a smooth deterministic function of q and the
+damped iteration has a fixed point): antithetic pairs (z, -z) whitened so that their
+second moment is exactly the identity (when S/2 exceeds the number of coordinates n;
+else each coordinate is standardised). Such a rule integrates every polynomial of
+degree <= 3 exactly, so for a quadratic logp the answer is exact and the error is of
+fourth order in the posterior spread. S defaults to max(64, 2 n + 2), at most 512.
 
-Speed. ``logp`` receives one array per parent, shaped like the parent's value
-(plates + event). If it also accepts a leading batch axis (write it with ``...``
-and ``axis=-1``, returning shape (S,) for a batch of S draws), all draws are
-evaluated at once; this is detected by a probe (``vectorized=None``), or can be
-forced with ``vectorized=True/False``. Otherwise draws are evaluated one by one
-(slow for thousands of draws). The Hessian costs one reverse pass per coordinate
-of the parent (plates x D); beyond ``EXACT_HESSIAN_MAX`` coordinates the
-plate-diagonal blocks are estimated from gradients only (Stein's lemma,
-E[hess f] = E[grad f (x - m)^T] Sigma^{-1}, with Sigma the draws' own covariance
-so that a quadratic logp is exact; symmetrised).
+Curvature. E[hess logp] comes from gradients alone by Stein's lemma,
+E[hess f] = E[grad f (x - m)^T] Sigma^{-1}, with Sigma the draws' own covariance: one
+reverse pass over all draws and rows (vectorised), exact for a quadratic logp, O(S N)
+memory -- never a reverse pass per coordinate. A point-mass parent (the delta method:
+``fit("laplace")``, ``"gd"``, ``"map"``, EM) has no spread: the expectations are values
+at the point and the Hessian is exact, from one reverse-over-reverse pass over n copies
+of the point (in chunks bounded by ``CHUNK`` numbers).
+
+Speed. ``logp`` receives one array per parent, shaped like the parent's value (plates
++ event), with a leading axis of draws when it accepts one (write it with ``...`` and
+``axis=-1``); a probe decides (``vectorized=None``) or ``vectorized=True/False`` says.
+Otherwise draws are evaluated one by one.
 
 Parents must be Normal or MultivariateNormal stochastic nodes (any plates); under
-mean field each plate entry is an independent Gaussian, and the message keeps
-the plate-diagonal blocks of H. A point-mass parent (EM) has zero covariance, so
-the expectations become evaluations at the point: the delta method (Newton).
+mean field each plate entry is an independent Gaussian, and the message keeps the
+plate-diagonal blocks of H.
 """
 from __future__ import annotations
 
@@ -51,8 +55,11 @@ from ..families.normal import Normal as NormalFamily
 from .factors.base import Conditional, Slot
 from .node import Node, Stochastic
 
-DEFAULT_SAMPLES = 2000
-EXACT_HESSIAN_MAX = 100
+#: draws: max(MIN_SAMPLES, 2 n + 2) up to MAX_AUTO_SAMPLES unless ``samples=`` is given
+MIN_SAMPLES = 64
+MAX_AUTO_SAMPLES = 512
+#: at most this many numbers (draws x rows) in one evaluation of logp (memory O(S N))
+CHUNK = 4_000_000
 _GAUSSIAN = (NormalFamily, MVNFamily)
 
 
@@ -66,28 +73,77 @@ def _sqrt_cov(cov):
         return V * np.sqrt(np.maximum(lam, 0.0))[..., None, :]
 
 
+def standard_draws(S, n, seed):
+    """(S, n) standard-normal draws whose sample mean is 0 and second moment exactly I
+    (antithetic pairs, whitened; with S/2 <= n each coordinate is standardised)."""
+    rng = np.random.default_rng(None if seed is None else [int(seed), 20241127])
+    half = rng.standard_normal((S // 2, n))
+    if S // 2 > n:
+        L = np.linalg.cholesky(half.T @ half / (S // 2))
+        half = np.linalg.solve(L, half.T).T
+    else:
+        half = half / np.sqrt(np.mean(half * half, axis=0))
+    return np.concatenate([half, -half])
+
+
+class _Parent:
+    """One parent's draws: x (S,) + value shape, mean m, covariance (or variance)."""
+
+    def __init__(self, node, mom, z):
+        self.node = node
+        m1 = np.asarray(mom[0], dtype=float)
+        self.mvn = isinstance(node.provides, MVNFamily)
+        if self.mvn:
+            D = m1.shape[-1]
+            self.shape = tuple(node.plates) + (D,)
+            self.m = np.broadcast_to(m1, self.shape)
+            self.cov = (np.broadcast_to(mom[1], self.shape + (D,))
+                        - self.m[..., :, None] * self.m[..., None, :])
+            self.x = self.m + np.einsum("...ij,s...j->s...i", _sqrt_cov(self.cov),
+                                        z.reshape((-1,) + self.shape))
+        else:
+            self.shape = tuple(node.plates)
+            self.m = np.broadcast_to(m1, self.shape)
+            self.cov = np.maximum(np.broadcast_to(mom[1], self.shape) - self.m * self.m, 0.0)
+            self.x = self.m + np.sqrt(self.cov) * z.reshape((-1,) + self.shape)
+        self.D = self.shape[-1] if self.mvn else 1
+        self.n = int(np.prod(self.shape, dtype=int))
+
+
 class PotentialFactor(Conditional):
     """The factor of a Potential: E[logp], its Bonnet/Price messages, by autograd."""
 
     conjugate = False
-    elbo_is_estimate = True   # E[logp] by fixed Monte Carlo draws (see fit._Damping)
 
     def __init__(self, node, parents, logp, samples, seed, vectorized):
         self.logp = logp
-        self.samples = int(samples) + int(samples) % 2
+        self.requested = None if samples is None else int(samples) + int(samples) % 2
         self.seed = seed
         self.vectorized = vectorized
         slots = [Slot(f"arg{i}", p.provides) for i, p in enumerate(parents)]
         super().__init__(node, parents, slots)
-        self._z = {}
+        self._z = None
         self._cache = None
+        self._rows_cache = None
+
+    @property
+    def elbo_is_estimate(self):
+        """E[logp] is a draw average unless every parent is a point mass (then exact)."""
+        return not all(p.point for p in self.parents)
+
+    def n_draws(self, n):
+        """S for parents with n coordinates in all: ``samples=`` or max(64, 2 n + 2) <= 512."""
+        if self.requested is not None:
+            return self.requested
+        S = min(max(MIN_SAMPLES, 2 * n + 2), MAX_AUTO_SAMPLES)
+        return S + S % 2
 
     def _wrap(self, p, slot):
         where = self.node.label()
         if not isinstance(p, Node):
             raise TypeError(f"{where}: parents must be Normal or MultivariateNormal nodes, got "
-                            f"{type(p).__name__}; put constants inside logp instead")
-        fam = getattr(p, "provides", None)
+                            f"{type(p).__name__}; put constants inside logp or pass them as data=")
+        fam = p.provides
         if not isinstance(p, Stochastic) or not isinstance(fam, _GAUSSIAN) or isinstance(p, Potential):
             raise TypeError(f"{where}: parent {p.label()} must be a Normal or MultivariateNormal "
                             f"stochastic node (a deterministic node such as Dot or a gather has "
@@ -101,147 +157,237 @@ class PotentialFactor(Conditional):
         fn = getattr(self.logp, "__name__", "logp")
         return f"Potential {fn}({', '.join(p.name for p in self.parents)})"
 
-    # ---- draws -------------------------------------------------------------------
-    def _standard(self, k, shape):
-        z = self._z.get(k)
-        if z is None or z.shape[1:] != shape:
-            rng = np.random.default_rng(None if self.seed is None else [int(self.seed), k])
-            half = rng.standard_normal((self.samples // 2,) + shape)
-            z = np.concatenate([half, -half])
-            self._z[k] = z
-        return z
+    def invalidate(self):
+        """Forget the cached evaluations (the rows changed: a minibatch, new data)."""
+        self._cache = None
+        self._rows_cache = None
 
+    def release(self):
+        self.invalidate()
+        self._z = None
+
+    # ---- rows ----------------------------------------------------------------------
+    def rows(self):
+        """(data arrays of the rows that count, their weights or None): masked rows and
+        rows of weight 0 are left out of every evaluation."""
+        if self._rows_cache is None:
+            node = self.node
+            data = tuple(node.data)
+            w = node.row_weights()
+            if w is not None and data:
+                keep = w != 0
+                if not keep.all():
+                    data = tuple(a[keep] for a in data)
+                    w = w[keep]
+                if np.all(w == 1.0):
+                    w = None
+            self._rows_cache = (data, w)
+        return self._rows_cache
+
+    # ---- draws -------------------------------------------------------------------
     def draws(self):
-        """Per parent: (x draws (S,) + value shape, mean m, covariance or variance);
-        cached while the parents' moments are the same objects."""
+        """One :class:`_Parent` per parent; cached while the parents' moments are the same
+        objects. With every parent a point mass there is one draw: the point."""
         moms = [p.moments() for p in self.parents]
-        if self._cache is not None and all(a is b for a, b in zip(self._cache[0], moms)):
-            return self._cache[1]
-        out = []
-        for k, (p, mom) in enumerate(zip(self.parents, moms)):
-            m1 = np.asarray(mom[0], dtype=float)
-            if isinstance(p.provides, NormalFamily):
-                shape = tuple(p.plates)
-                m1 = np.broadcast_to(m1, shape)
-                var = np.maximum(np.broadcast_to(mom[1], shape) - m1 * m1, 0.0)
-                x = m1 + np.sqrt(var) * self._standard(k, shape)
-                out.append((x, m1, var))
-            else:
-                D = m1.shape[-1]
-                shape = tuple(p.plates) + (D,)
-                m1 = np.broadcast_to(m1, shape)
-                cov = np.broadcast_to(mom[1], shape + (D,)) - m1[..., :, None] * m1[..., None, :]
-                L = _sqrt_cov(cov)
-                x = m1 + np.einsum("...ij,s...j->s...i", L, self._standard(k, shape))
-                out.append((x, m1, cov))
-        self._cache = (moms, out)
+        if self._cache is not None and all(a is b for a, b in zip(self._cache["moms"], moms)):
+            return self._cache["parents"]
+        points = all(p.point for p in self.parents)
+        shapes = [(tuple(p.plates) + (np.shape(mom[0])[-1],)) if isinstance(p.provides, MVNFamily)
+                  else tuple(p.plates) for p, mom in zip(self.parents, moms)]
+        sizes = [int(np.prod(s, dtype=int)) for s in shapes]
+        if points:
+            z = np.zeros((1, sum(sizes)))
+        else:
+            S = self.n_draws(sum(sizes))
+            if self._z is None or self._z.shape != (S, sum(sizes)):
+                self._z = standard_draws(S, sum(sizes), self.seed)
+            z = self._z
+        cuts = np.cumsum([0] + sizes)
+        out = [_Parent(p, mom, z[:, a:b]) for p, mom, a, b in
+               zip(self.parents, moms, cuts[:-1], cuts[1:])]
+        self._cache = {"moms": moms, "parents": out}
         return out
 
     # ---- evaluation --------------------------------------------------------------
-    def _batched(self, xs):
-        """Does logp accept a leading batch axis? Decided once, by a probe on 3 draws."""
+    def _call(self, xs, data):
+        return self.logp(*xs, *data)
+
+    def _batched(self, xs, data):
+        """Does logp accept a leading batch axis of draws? Decided once, by a probe on
+        three (perturbed) draws compared with three single-draw calls."""
         if self.vectorized is not None:
             return self.vectorized
-        probe = [x[:3] for x in xs]
+        probe = [np.stack([x[0] * (1.0 + 0.01 * s) + 0.01 * s for s in range(3)]) for x in xs]
         try:
-            vals = np.asarray(self.logp(*probe), dtype=float)
-            ok = vals.shape == (3,)
-            if ok:
-                one = [float(self.logp(*[x[s] for x in probe])) for s in range(3)]
-                ok = np.allclose(vals, one, rtol=1e-10, atol=1e-10)
+            vals = np.asarray(self._call(probe, data), dtype=float)
+            one = np.stack([np.asarray(self._call([x[s] for x in probe], data), dtype=float)
+                            for s in range(3)])
+            ok = vals.shape == one.shape and np.allclose(vals, one, rtol=1e-10, atol=1e-10)
         except Exception:  # noqa: BLE001 -- any failure means "not batch-aware"
             ok = False
         self.vectorized = bool(ok)
         return self.vectorized
 
-    def values(self, xs):
-        """logp at every draw, shape (S,)."""
-        if self._batched(xs):
-            return np.asarray(self.logp(*xs), dtype=float).reshape(self.samples)
-        return np.array([float(self.logp(*[x[s] for x in xs])) for s in range(self.samples)])
+    def _totals(self, xs, data, w, anp):
+        """Per draw, the weighted sum of the rows' log-factors (an autograd expression)."""
+        v = self._call(xs, data)
+        if not data:
+            return v
+        return anp.sum(v if w is None else v * w, axis=-1)
+
+    def check(self, method="fit"):
+        """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
+        naming the node and the fix."""
+        data, _ = self.rows()
+        where = f"fit({method!r}): {self.node.label()}"
+        xs = [p.x[:1] for p in self.draws()]
+        one = [x[0] for x in xs]
+        try:
+            v = np.asarray(self._call(one, data), dtype=float)
+        except Exception as err:  # noqa: BLE001 -- the user's function
+            raise ValueError(f"{where}: logp failed at the start ({type(err).__name__}: {err}); "
+                             f"logp receives one array per parent (its value's shape)"
+                             + (" then the data arrays" if data else "")) from None
+        want = (len(data[0]),) if data else ()
+        if v.shape != want:
+            what = (f"one log-factor per data row, shape {want}" if data else
+                    "one number (pass data=(...) for per-row log-factors)")
+            raise ValueError(f"{where}: logp returned shape {v.shape}; it must return {what}")
+        if not np.all(np.isfinite(v)):
+            bad = np.flatnonzero(~np.isfinite(np.atleast_1d(v)))[:5]
+            at = f" at rows {bad.tolist()}" if data else ""
+            raise ValueError(f"{where}: logp is not finite at the start (the prior mean){at}; "
+                             f"write it in a stable form (logaddexp, log1p) or mask those rows")
+
+    def _chunks(self, S, N):
+        """Slices of the draws so that draws x rows stays under CHUNK."""
+        c = max(1, CHUNK // max(N, 1))
+        return [slice(a, min(a + c, S)) for a in range(0, S, c)]
+
+    def value_and_grads(self):
+        """(E[logp], per parent the gradients at every draw, (S,) + value shape), cached
+        while the parents' moments are the same objects: one forward and one reverse pass
+        over all draws and rows (in chunks of at most ``CHUNK`` numbers)."""
+        import autograd.numpy as anp
+        from autograd import make_vjp
+        ps = self.draws()
+        if "grads" in self._cache:
+            return self._cache["value"], self._cache["grads"]
+        data, w = self.rows()
+        xs = [p.x for p in ps]
+        S = xs[0].shape[0]
+        if self._batched(xs, data):
+            N = len(data[0]) if data else 1
+            pieces = [[x[sl] for x in xs] for sl in self._chunks(S, N)]
+            one = False
+        else:
+            pieces = [[x[s] for x in xs] for s in range(S)]
+            one = True
+        vals, grads = [], [[] for _ in xs]
+        for part in pieces:
+            vjp, v = make_vjp(lambda a: self._totals(list(a), data, w, anp))(tuple(part))
+            g = vjp(np.ones_like(v))
+            vals.append(np.atleast_1d(np.asarray(v, dtype=float)))
+            for k, gk in enumerate(g):
+                gk = np.asarray(gk, dtype=float)
+                grads[k].append(gk[None] if one else gk)
+        values = np.concatenate(vals)
+        if values.shape != (S,):
+            raise ValueError(f"{self.node.label()}: logp returned {values.size // S} values per "
+                             f"draw; it must return one number per draw"
+                             + (" after summing the rows" if data else ""))
+        self._cache["value"] = float(np.mean(values))
+        self._cache["grads"] = [np.concatenate(gk) for gk in grads]
+        return self._cache["value"], self._cache["grads"]
 
     def expected_loglik(self, x, u):
-        xs = [d[0] for d in self.draws()]
-        return float(np.mean(self.values(xs)))
+        return self.value_and_grads()[0]
+
+    def _exact_hessian(self, k):
+        """E over the draws of the exact Hessian of logp in parent k, (n, n), from
+        reverse-over-reverse passes over copies of each draw (in chunks)."""
+        import autograd
+        import autograd.numpy as anp
+        ps = self.draws()
+        data, w = self.rows()
+        xs = [p.x for p in ps]
+        S, n, shape = xs[0].shape[0], ps[k].n, ps[k].shape
+        if not self._batched(xs, data):
+            H = np.zeros((n, n))
+            for s in range(S):
+                def f(xk, s=s):
+                    full = [x[s] for x in xs]
+                    full[k] = xk
+                    return anp.sum(self._totals(full, data, w, anp))
+                H += np.asarray(autograd.hessian(f)(xs[k][s]), dtype=float).reshape(n, n)
+            return H / S
+        N = len(data[0]) if data else 1
+        c = max(1, min(n, CHUNK // max(N * S, 1)))
+        H = np.zeros((n, n))
+        for j0 in range(0, n, c):
+            cols = np.arange(j0, min(j0 + c, n))
+            E = np.zeros((S, len(cols), n))
+            E[:, np.arange(len(cols)), cols] = 1.0
+            E = E.reshape((S * len(cols),) + shape)
+            rep = [np.repeat(x, len(cols), axis=0) for x in xs]
+
+            def grad_sum(xk):
+                full = list(rep)
+                full[k] = xk
+                return anp.sum(self._totals(full, data, w, anp))
+
+            gfun = autograd.grad(grad_sum)
+            rows = autograd.grad(lambda xk: anp.sum(gfun(xk) * E))(rep[k])
+            H[cols] = np.asarray(rows, dtype=float).reshape(S, len(cols), n).mean(0)
+        return H
 
     def grad_hess(self, k):
-        """(E[grad], plate-diagonal blocks of E[hess]) of logp in parent k, from the draws:
-        Normal parent: (plates, plates); MVN parent: (plates + (D,), plates + (D, D))."""
-        import autograd
-        d = self.draws()
-        xs = [e[0] for e in d]
-        xk = xs[k]
-        S = self.samples
-        vshape = xk.shape[1:]
-        mvn = isinstance(self.parents[k].provides, MVNFamily)
-        D = vshape[-1] if mvn else 1
-        n_pl = int(np.prod(vshape)) // D
-        n = n_pl * D
-
-        def f_k(xk_, *args):
-            full = list(args[:k]) + [xk_] + list(args[k:])
-            return self.logp(*full)
-
-        rest = xs[:k] + xs[k + 1:]
-        if self._batched(xs):
-            def total(xk_):
-                return autograd.numpy.sum(f_k(xk_, *rest))
-            gfun = autograd.grad(total)
-            G = np.asarray(gfun(xk), dtype=float)                      # (S,) + vshape
-            H = None
-            if n <= EXACT_HESSIAN_MAX:
-                H = np.zeros((n_pl, D, D))
-                for j in range(n):
-                    col = autograd.grad(lambda z, j=j: autograd.numpy.sum(
-                        autograd.numpy.reshape(gfun(z), (S, n))[:, j]))(xk)
-                    col = np.asarray(col, dtype=float).reshape(S, n_pl, D).mean(0)
-                    pj, dj = divmod(j, D)
-                    H[pj, :, dj] = col[pj]
-        else:
-            gone = autograd.grad(f_k)
-            G = np.stack([np.asarray(gone(xk[s], *[r[s] for r in rest]), dtype=float)
-                          for s in range(S)])
-            H = None
-            if n <= EXACT_HESSIAN_MAX:
-                hone = autograd.hessian(f_k)
-                H = np.zeros((n_pl, D, D))
-                for s in range(S):
-                    h = np.asarray(hone(xk[s], *[r[s] for r in rest]), dtype=float).reshape(n_pl, D,
-                                                                                             n_pl, D)
-                    H += h[np.arange(n_pl), :, np.arange(n_pl), :]
-                H /= S
-        g = G.mean(0)
-        _, m, cov = d[k]
-        if H is None:  # Stein: E[hess] = E[grad (x - m)^T] Sigma^{-1}, per plate entry
-            # with the draws' own covariance (a regression of grad on x - m: exact for a
-            # quadratic logp); pinv: a point-mass parent has none (then H = 0)
+        """(E[grad], plate-diagonal blocks of E[hess]) of logp in parent k: Normal parent
+        (plates, plates); MVN parent (plates + (D,), plates + (D, D))."""
+        ps = self.draws()
+        p = ps[k]
+        _, grads = self.value_and_grads()
+        G = grads[k]
+        S = G.shape[0]
+        n_pl, D = p.n // p.D, p.D
+        if self.parents[k].point:
+            H = self._exact_hessian(k).reshape(n_pl, D, n_pl, D)
+            H = H[np.arange(n_pl), :, np.arange(n_pl), :]
+        else:  # Stein: E[hess] = E[grad (x - m)^T] Sigma^{-1}, per plate entry, with the
+            # draws' own covariance (a regression of grad on x - m: exact for a quadratic)
             Gr = G.reshape(S, n_pl, D)
-            dx = (xk - m).reshape(S, n_pl, D)
+            dx = (p.x - p.m).reshape(S, n_pl, D)
             C = np.einsum("spi,spj->pij", Gr, dx) / S
             Sig = np.einsum("spi,spj->pij", dx, dx) / S
             H = C @ np.linalg.pinv(Sig, hermitian=True)
         H = 0.5 * (H + np.swapaxes(H, -1, -2))
-        if mvn:
-            return g, H.reshape(vshape + (D,))
-        return g, H.reshape(vshape)
+        g = G.mean(0)
+        if p.mvn:
+            return g, H.reshape(p.shape + (D,))
+        return g, H.reshape(p.shape)
 
     def message(self, i, x, u, w, target):
         g, H = self.grad_hess(i)
-        m = self.draws()[i][1]
+        m = self.draws()[i].m
         if isinstance(self.parents[i].provides, MVNFamily):
             return (g - np.einsum("...ij,...j->...i", H, m), 0.5 * H)
         return (g - H * m, 0.5 * H)
 
 
 class Potential(Stochastic):
-    """Potential(logp, *parents, name=None, samples=2000, seed=0, vectorized=None).
+    """Potential(logp, *parents, data=None, mask=None, weights=None, name=None,
+    samples=None, seed=0, vectorized=None).
 
-    A user log-factor ``logp(*parent_values) -> float`` written with autograd.numpy
-    over Normal / MultivariateNormal nodes; see the module docstring. Only
-    ``fit("ncvmp")`` (or another non-conjugate method) accepts it; its parents are
-    updated with the damped step rho (default 0.5)."""
+    A user log-factor written with autograd.numpy over Normal / MultivariateNormal
+    nodes; see the module docstring. ``data=(A1, A2, ...)``: arrays whose leading axis
+    is the rows; then ``logp(*values, *data)`` returns one log-factor per row (shape
+    (rows,)), ``mask`` (bool per row, True = use) and ``weights`` (counts per row) weight
+    them, and rows holding NaN are masked. The non-conjugate methods accept it
+    (``fit("ncvmp")``, ``"laplace"``, ``"gd"``, ``"map"``, and on minibatches ``"svi"``,
+    ``"sgd"``)."""
 
-    def __init__(self, logp, *parents, name=None, samples=DEFAULT_SAMPLES, seed=0, vectorized=None):
+    def __init__(self, logp, *parents, data=None, mask=None, weights=None, name=None,
+                 samples=None, seed=0, vectorized=None):
         Node.__init__(self, name, ())
         if not callable(logp):
             raise TypeError(f"{self.label()}: the first argument must be a function logp(*values) "
@@ -251,19 +397,104 @@ class Potential(Stochastic):
         if len(set(map(id, parents))) != len(parents):
             raise ValueError(f"{self.label()}: a parent is passed twice; pass it once and use the "
                              f"value twice inside logp")
-        if int(samples) < 2:
-            raise ValueError(f"{self.label()}: samples must be >= 2, got {samples!r}")
+        if samples is not None and (isinstance(samples, bool) or not isinstance(
+                samples, (int, np.integer)) or samples < 2):
+            raise ValueError(f"{self.label()}: samples must be an integer >= 2 (or None for "
+                             f"max({MIN_SAMPLES}, 2 n + 2)), got {samples!r}")
+        if vectorized not in (None, True, False):
+            raise TypeError(f"{self.label()}: vectorized must be None, True or False, got "
+                            f"{vectorized!r}")
         self.family = None
         self.provides = None
+        data, mask, weights = self._check_data(data, mask, weights)
         self.factor = PotentialFactor(self, list(parents), logp, samples, seed, vectorized)
         for p in self.factor.parents:
             self.parents.append(p)
             p._add_child(self)
         self._init_state(observed=True)  # a factor of the data: never scheduled, no posterior
+        self.data, self.mask, self.weights = data, mask, weights
+        self.replicates = None
+        self.plates = (len(data[0]),) if data else ()
+
+    def _check_data(self, data, mask, weights):
+        """Data arrays with one leading row axis; NaN rows masked; mask/weights per row."""
+        if data is None:
+            if mask is not None or weights is not None:
+                raise ValueError(f"{self.label()}: mask= and weights= weight data rows; pass "
+                                 f"data=(...) too")
+            return (), None, None
+        if not isinstance(data, (tuple, list)):
+            data = (data,)
+        if not data:
+            raise ValueError(f"{self.label()}: data=() holds no array; pass data=(X, y) or omit it")
+        arrays = []
+        for i, a in enumerate(data):
+            try:
+                arr = np.asarray(a, dtype=float)
+            except (TypeError, ValueError):
+                raise TypeError(f"{self.label()}: data[{i}] must be a numeric array, got "
+                                f"{type(a).__name__}") from None
+            if arr.ndim == 0:
+                raise ValueError(f"{self.label()}: data[{i}] is a scalar; every data array has the "
+                                 f"rows on its leading axis (put constants inside logp)")
+            arrays.append(arr)
+        N = {a.shape[0] for a in arrays}
+        if len(N) != 1:
+            shapes = ", ".join(f"data[{i}]: {a.shape}" for i, a in enumerate(arrays))
+            raise ValueError(f"{self.label()}: the data arrays have different numbers of rows "
+                             f"({shapes}); every array holds one entry per row on its leading axis")
+        N = N.pop()
+        if N == 0:
+            raise ValueError(f"{self.label()}: the data have no rows")
+        if np.any(np.isinf(np.concatenate([a.reshape(N, -1) for a in arrays], axis=1))):
+            raise ValueError(f"{self.label()}: the data hold inf; remove or mask those rows")
+        bad = np.zeros(N, dtype=bool)
+        for a in arrays:
+            bad |= np.isnan(a.reshape(N, -1)).any(axis=1)
+        if mask is not None:
+            m = np.asarray(mask)
+            if m.shape != (N,) or m.dtype != bool:
+                raise ValueError(f"{self.label()}: mask must be a bool array of shape ({N},) (True = "
+                                 f"use the row), got {m.dtype} {m.shape}")
+            mask = m.copy()
+        if bad.any():
+            mask = (~bad) if mask is None else (mask & ~bad)
+            arrays = [np.where(np.isnan(a), 0.0, a) if np.isnan(a).any() else a for a in arrays]
+        if weights is not None:
+            wt = np.asarray(weights, dtype=float)
+            if wt.shape != (N,) or not np.all(np.isfinite(wt)) or np.any(wt < 0):
+                raise ValueError(f"{self.label()}: weights must be finite counts >= 0, one per row "
+                                 f"(shape ({N},)), got shape {wt.shape}")
+            weights = wt
+        return tuple(arrays), mask, weights
+
+    def row_weights(self):
+        """Per-row weight mask x weights (None: every row counts once)."""
+        if self.mask is None:
+            return self.weights
+        m = self.mask.astype(float)
+        return m if self.weights is None else m * self.weights
+
+    # ---- views of some rows (minibatches) -------------------------------------------
+    def restrict(self, rows, cut, source_rows=None):
+        state = Node.restrict(self, rows, cut)
+        state.update(data=self.data, mask=self.mask, weights=self.weights)
+        self.data = tuple(cut(a, rows) for a in self.data)
+        self.mask = cut(self.mask, rows)
+        self.weights = cut(self.weights, rows)
+        self.factor.invalidate()
+        return state
+
+    def restore(self, state):
+        Node.restore(self, state)
+        self.factor.invalidate()
+
+    def aligned_plates(self, parent):
+        return tuple(parent.plates)
 
     def observe(self, data, mask=None, weights=None):
-        raise TypeError(f"{self.label()} is a log-factor; it takes no data (close over the data "
-                        f"inside logp)")
+        raise TypeError(f"{self.label()} is a log-factor; give its data at construction, "
+                        f"Potential(logp, w, data=(X, y))")
 
     def moments(self):
         raise TypeError(f"{self.label()} is a log-factor with no value; it cannot be a parent")
@@ -277,6 +508,9 @@ class Potential(Stochastic):
     def prior_natural(self):
         return ()
 
+    def release(self):
+        self.factor.release()
+
     @property
     def posterior(self):
         raise AttributeError(f"{self.label()} is a log-factor; it has no posterior (look at its "
@@ -287,8 +521,10 @@ class Potential(Stochastic):
                                    parent.plates)
 
     def elbo_term(self):
-        """E_q[logp] by the fixed Monte Carlo draws."""
+        """E_q[logp] (the draws' average; the value at the point for point masses)."""
         return self.factor.expected_loglik(None, None)
 
     def __repr__(self):
-        return f"<{self.label()} over {[p.name for p in self.parents]}>"
+        rows = f", {self.plates[0]} rows" if self.plates else ""
+        return f"<{self.label()} over {[p.name for p in self.parents]}{rows}>"
+
