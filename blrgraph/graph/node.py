@@ -264,6 +264,8 @@ class Posterior:
     def cov(self):
         if not hasattr(self.family, "cov"):
             raise AttributeError(f"{self.node.label()}: posterior.cov exists for vector nodes only")
+        if self.is_point:   # a point mass has no spread (its stored precision is a pseudo-q's)
+            return np.zeros_like(self.family.cov(self.natural))
         return self.family.cov(self.natural)
 
     @property

@@ -235,15 +235,15 @@ class PotentialFactor(Conditional):
             return v
         return anp.sum(v if w is None else v * w, axis=-1)
 
-    def check(self, method="fit"):
+    def check_fit(self, method="fit"):
         """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
         naming the node and the fix."""
         data, _ = self.rows()
         where = f"fit({method!r}): {self.node.label()}"
-        xs = [p.x[:1] for p in self.draws()]
-        one = [x[0] for x in xs]
+        one = [np.array(p.m) for p in self.draws()]
         try:
-            v = np.asarray(self._call(one, data), dtype=float)
+            with np.errstate(all="ignore"):   # a non-finite value is refused below
+                v = np.asarray(self._call(one, data), dtype=float)
         except Exception as err:  # noqa: BLE001 -- the user's function
             raise ValueError(f"{where}: logp failed at the start ({type(err).__name__}: {err}); "
                              f"logp receives one array per parent (its value's shape)"

@@ -80,13 +80,36 @@ def reset_to_prior(node):
     node.set_natural(node.prior_natural())
 
 
-def blr_step(model, node, rho=1.0, iteration=None, scale=None):
+def mean_step(node, target, rho):
+    """Gradient descent on a Gaussian node's mean, its precision P fixed (docs/blr.md):
+    with the delta-method target (t1, t2) = lam0 + messages at the mean m, the gradient
+    of log p(D, m) is t1 + 2 t2 m, and m <- m + rho (t1 + 2 t2 m); lam = (P m, -P/2)."""
+    e1, e2 = node.nat
+    t1, t2 = target
+    if np.ndim(e2) > np.ndim(e1):   # MultivariateNormal: T = (x, x x^T)
+        P = -2.0 * np.asarray(e2)
+        m = np.linalg.solve(P, np.asarray(e1)[..., None])[..., 0]
+        grad = t1 + 2.0 * np.einsum("...ij,...j->...i", t2, m)
+        new = m + rho * grad
+        return (np.einsum("...ij,...j->...i", P, new), np.asarray(e2))
+    P = -2.0 * np.asarray(e2)
+    m = np.asarray(e1) / P
+    new = m + rho * (t1 + 2.0 * t2 * m)
+    return (P * new, np.asarray(e2))
+
+
+def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural"):
     """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
     of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
     M-step). With rho < 1 (SVI, damping) a point mass averages those natural
     parameters, i.e. its expected sufficient statistics: online EM (docs/em.md).
     A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
     is updated in that factored form (the same q, without an entries x K exp)."""
+    if update == "mean":
+        new = mean_step(node, blr_target(model, node, scale), rho)
+        _check_finite(node, new, iteration, "; the gradient step overshot: lower rho")
+        node.set_natural(new)
+        return new
     if rho == 1.0 and scale is None:
         terms = target_terms(model, node)
         if terms is not None:
@@ -97,11 +120,8 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
         new = target
     else:
         new = tuple((1.0 - rho) * a + rho * t for a, t in zip(node.nat, target))
+    _check_finite(node, new, iteration, "; check the data scale and the priors")
     at = f" at iteration {iteration}" if iteration is not None else ""
-    for a in new:
-        if not np.all(np.isfinite(compact(a))):
-            raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
-                                     f"parameters{at}; check the data scale and the priors")
     r = rho
     for _ in range(MAX_HALVINGS):  # PD safeguard (docs/ncvmp.md): backtrack rho
         if precision_is_pd(node, new):
@@ -120,6 +140,14 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None):
 
 
 MAX_HALVINGS = 30
+
+
+def _check_finite(node, new, iteration, fix):
+    at = f" at iteration {iteration}" if iteration is not None else ""
+    for a in new:
+        if not np.all(np.isfinite(compact(a))):
+            raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
+                                     f"parameters{at}{fix}")
 
 
 def precision_is_pd(node, nat):

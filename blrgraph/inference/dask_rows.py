@@ -415,8 +415,9 @@ class DaskView(DataView):
         self._run(None, g, g, split=dict(self._splits))
 
     # ---- the three questions of the seam ----------------------------------------------
-    def step(self, node, rho, iteration=None):
+    def step(self, node, rho, iteration=None, update="natural"):
         """One BLR step of a global node with the messages the partitions sent."""
+        _natural_only(update)
         if iteration is not None:
             self.it = iteration
         if self.result is None:     # the first sweep: messages from the starts
@@ -585,7 +586,8 @@ class DaskBatchView(DaskView):
         lo, hi = part[:2] if self._on_rows(node) else part[2:]
         return (pos >= lo) & (pos < hi)
 
-    def step(self, node, rho, iteration=None):
+    def step(self, node, rho, iteration=None, update="natural"):
+        _natural_only(update)
         if iteration is not None:
             self.it = iteration
         if self.result is None:      # the first minibatch: messages from its start
@@ -766,6 +768,12 @@ def _reduce_tree(level, combine):
         level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
     (out,) = dask.compute(level[0])
     return out
+
+
+def _natural_only(update):
+    if update != "natural":
+        raise ValueError("gradient-descent steps (fit('gd'), fit('sgd')) run on data in memory; "
+                         "fit Dask-backed data with fit('vmp'), 'ncvmp', 'em' or 'svi'")
 
 
 def _fit_block(model, block, view, nodes, spec, it, points):

@@ -28,6 +28,8 @@ def check_method(model, method):
                 raise ValueError(f"fit({method.name!r}): {n.label()} observes streamed data (a "
                                  f"memory-mapped array or Stream); fit it with fit('svi'), which "
                                  f"reads it batch by batch, or load the data into memory")
+    for n in model.stochastic:
+        n.factor.check_fit(method.name)
     if not method.nonconjugate:
         for n in model.stochastic:
             if not n.factor.conjugate:
@@ -209,6 +211,9 @@ def _start(model, plan, opts, rng):
         n.fitted = False
     for n in model.nodes:
         n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
+    if plan.method.points == "nonconjugate":
+        for n in plan.points:   # the delta method from the first step: q's mean is the point
+            n.point = True
 
 
 def _fit_once(model, method, opts, seed, restart=0, start=None):
@@ -220,8 +225,9 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     converged = run.run()
     if method.stochastic:
         _finish_stochastic(model, plan, run, rng, opts)
+    log_evidence = laplace_finish(model, plan) if method.laplace else None
     for n in model.latent:
-        n.point = n in plan.points
+        n.point = n in plan.points and not method.laplace
         n.fitted = n.fitted or not method.stochastic
     if hasattr(plan.rows, "finish"):  # rows on Dask: local posteriors stay on the workers
         plan.rows.finish(model)
@@ -234,8 +240,42 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
     res.start = _start_name(plan.used_starts)
+    res.log_evidence = log_evidence
     model.fit_result = res
     return res
+
+
+def laplace_finish(model, plan):
+    """The Laplace approximation at the mode m the run reached (docs/blr.md): each
+    delta-method node's precision becomes the curvature there, H(m) = lam0's precision -
+    E[hess log f] (the BLR target's precision at m, m unchanged), and the Laplace
+    estimate of the evidence is log p(D, m) + sum_k (d_k/2 log 2 pi - 1/2 log |H_k|)
+    (with the other nodes' q as fitted: their ELBO terms)."""
+    from .blr import blr_target
+    total = 0.0
+    for n in plan.points:
+        e1, e2 = n.nat
+        t1, t2 = blr_target(model, n)
+        if np.ndim(e2) > np.ndim(e1):
+            P = -2.0 * np.asarray(t2)
+            m = np.linalg.solve(-2.0 * np.asarray(e2), np.asarray(e1)[..., None])[..., 0]
+            sign, logdet = np.linalg.slogdet(P)
+            new = (np.einsum("...ij,...j->...i", P, m), np.asarray(t2))
+            d = P.shape[-1]
+        else:
+            P = -2.0 * np.asarray(t2)
+            m = np.asarray(e1) / (-2.0 * np.asarray(e2))
+            sign, logdet = np.sign(P), np.log(np.abs(P))
+            new = (P * m, np.asarray(t2))
+            d = 1
+        if np.any(sign <= 0):
+            raise FloatingPointError(f"fit('laplace'): the curvature of log p at the mode of "
+                                     f"{n.label()} is not negative definite (the mode is a saddle "
+                                     f"or the likelihood is not log-concave there); use "
+                                     f"fit('ncvmp') or a stronger prior")
+        n.set_natural(new)
+        total += float(np.sum(0.5 * d * np.log(2 * np.pi) - 0.5 * logdet))
+    return elbo(model) + total
 
 
 def _finish_stochastic(model, plan, run, rng, opts):

@@ -61,6 +61,11 @@ class Run:
         if plan.rho is not None:
             self.rhos = {n: float(plan.rho) for n in self.rhos}
         self.backtrack = Backtracking(model, plan.method, self.rhos)
+        # gradient descent moves the delta-method nodes' means (Method.update); every
+        # other node takes the BLR step of its natural parameters
+        self.updates = {n: (self.method.update if n in plan.points and
+                            self.method.points == "nonconjugate" else "natural")
+                        for n in model.schedule}
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
@@ -76,12 +81,12 @@ class Run:
 
     def update_local(self, n):
         """A local node's step: rho = 1 (or the method's damping), unscaled messages."""
-        blr_step(self.model, n, self.rhos[n], iteration=self.it)
+        blr_step(self.model, n, self.rhos[n], iteration=self.it, update=self.updates[n])
         self._point(n)
 
     def update_globals(self, view, rho=None):
         for g in self.plan.structure.globals:
-            view.step(g, self.rhos[g] if rho is None else rho, self.it)
+            view.step(g, self.rhos[g] if rho is None else rho, self.it, update=self.updates[g])
             self._point(g)
 
     def global_rho(self):
@@ -102,7 +107,7 @@ class Run:
             used = start_assignment(self.model, z, self.rng, init)
             if isinstance(used, Default):   # a default's fallback (FitResult.start)
                 self.plan.used_starts[z] = used
-        if self.plan.rows.stochastic:
+        if self.plan.rows.stochastic and self.method.warm_start:
             self.update_globals(view, rho=1.0)
             for _ in range(self.plan.warmup):
                 view.fit_local(self.plan.block, self.update_local)
@@ -176,7 +181,18 @@ class Run:
         return found
 
     def run(self):
-        """Iterate until convergence, the budget, or the callback; returns converged."""
+        """Iterate until convergence, the budget, or the callback; returns converged.
+        A gradient step (``Method.update == "mean"``) that overflows stops the run with
+        the iteration and the fix."""
+        try:
+            return self._run()
+        except FloatingPointError as err:
+            if self.method.update != "mean":
+                raise
+            raise FloatingPointError(f"{err} (at iteration {self.it} of fit({self.method.name!r}): "
+                                     f"the gradient step overshot; lower rho)") from None
+
+    def _run(self):
         plan, rows = self.plan, self.plan.rows
         bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.method.name)
         start = len(self.trace) if plan.resume is not None else 0

@@ -13,8 +13,12 @@ from dataclasses import dataclass, replace
 
 #: step-size schedules a Method may declare
 STEPS = ("constant", "damped", "robbins_monro")
-#: point-mass policies: none, the global nodes (EM's delta method), every latent node (MAP)
-POINTS = ("none", "global", "all")
+#: point-mass policies: none, the global nodes (EM's delta method), every latent node (MAP),
+#: the Gaussian nodes fed by non-conjugate factors (the delta-method rows of the BLR table)
+POINTS = ("none", "global", "all", "nonconjugate")
+#: how a step moves a delta-method Gaussian node: its natural parameters (the BLR step:
+#: Newton / Laplace) or only its mean along the gradient, precision fixed (gradient descent)
+UPDATES = ("natural", "mean")
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,17 @@ class Method:
         backtracked when a sweep lowers the ELBO; conjugate nodes take rho = 1) or
         "robbins_monro" (global nodes take rho_t = (t + tau)^-kappa on minibatches).
     rho : the constant / initial step (with "constant" it damps every node).
-    points : "none", "global" (nodes off the data axis, EM) or "all" (MAP).
+    points : "none", "global" (nodes off the data axis, EM), "all" (MAP) or "nonconjugate"
+        (the Normal/MultivariateNormal nodes fed by non-conjugate factors, point masses from
+        the start: every expectation is the value at the mean -- the delta method).
+    update : "natural" (the BLR step of the natural parameters; with delta-method messages
+        S <- (1-rho) S + rho H(m), m <- m + rho S^-1 grad: Newton for rho = 1) or "mean"
+        (the delta-method nodes keep their precision and m <- m + rho grad log p(D, m):
+        gradient descent).
+    laplace : report the delta-method nodes as N(m, H(m)^-1) at the end, and the Laplace
+        estimate of log p(D) as ``FitResult.log_evidence``.
+    warm_start : a stochastic method's first minibatch takes a full step (rho = 1) from the
+        start, and ``warmup`` rounds of VMP (SVI); off for gradient steps.
     stochastic : minibatches of the data axis with messages scaled by N/|B| (SVI).
     one_pass : the exact posterior in one step (conjugate Bayes).
     init : default start of mixture assignments ("kmeans", "kmeans++", "random", "diffuse", "topics",
@@ -41,6 +55,9 @@ class Method:
     nonconjugate: bool = False
     one_pass: bool = False
     init: str = "kmeans"
+    update: str = "natural"
+    laplace: bool = False
+    warm_start: bool = True
     tau: float = 1.0
     kappa: float = 0.7
     description: str = ""
@@ -50,6 +67,8 @@ class Method:
             raise ValueError(f"Method {self.name!r}: step={self.step!r}; choose one of {STEPS}")
         if self.points not in POINTS:
             raise ValueError(f"Method {self.name!r}: points={self.points!r}; choose one of {POINTS}")
+        if self.update not in UPDATES:
+            raise ValueError(f"Method {self.name!r}: update={self.update!r}; choose one of {UPDATES}")
         if not (isinstance(self.rho, (int, float)) and 0.0 < self.rho <= 1.0):
             raise ValueError(f"Method {self.name!r}: rho must lie in (0, 1], got {self.rho!r}")
 
@@ -72,9 +91,20 @@ METHODS = {
                                 "(rho = 0.5) with backtracking"),
     "em": Method("em", points="global",
                  description="EM: point masses (MAP) for the parameters, exact q for the latents"),
-    "map": Method("map", points="all",
-                  description="MAP by coordinate ascent: every latent node a point mass"),
-    "svi": Method("svi", step="robbins_monro", stochastic=True,
+    "map": Method("map", points="all", step="damped", rho=1.0, nonconjugate=True,
+                  description="MAP by coordinate ascent: every latent node a point mass (Newton "
+                              "steps, backtracked, through non-conjugate factors)"),
+    "laplace": Method("laplace", points="nonconjugate", step="damped", rho=1.0,
+                      nonconjugate=True, laplace=True,
+                      description="Laplace: Newton steps of the delta method (rho = 1, "
+                                  "backtracked) to the MAP, then q = N(MAP, H^-1) and the "
+                                  "Laplace log evidence"),
+    "gd": Method("gd", points="nonconjugate", update="mean", rho=1e-3, nonconjugate=True,
+                 description="gradient descent: m <- m + rho grad log p(D, m), covariance fixed"),
+    "sgd": Method("sgd", points="nonconjugate", update="mean", rho=1e-3, nonconjugate=True,
+                  stochastic=True, warm_start=False,
+                  description="stochastic gradient descent: gd on minibatches scaled by N/|B|"),
+    "svi": Method("svi", step="robbins_monro", stochastic=True, nonconjugate=True,
                   description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa "
                               "on minibatches scaled by N/|B|"),
 }

@@ -17,6 +17,8 @@ def resolve_points(model, method, point, structure):
                           and n not in structure.assignments]
         elif method.points == "all":
             candidates = list(model.latent)
+        elif method.points == "nonconjugate":
+            candidates = delta_nodes(model, method)
         else:
             return []
         point = candidates
@@ -35,6 +37,27 @@ def resolve_points(model, method, point, structure):
         if n not in out:
             out.append(n)
     return out
+
+
+def delta_nodes(model, method):
+    """The Normal/MultivariateNormal latent nodes fed by non-conjugate factors: the nodes
+    of the delta-method rows of the BLR table (gd, sgd, laplace). Refuses a model with
+    none, or with another kind of node fed by a non-conjugate factor, naming it."""
+    from ..families.multivariate_normal import MultivariateNormal
+    from ..families.normal import Normal
+    from .steps import nonconjugate_child
+    fed = [n for n in model.latent if nonconjugate_child(model, n)]
+    other = [n for n in fed if not isinstance(n.family, (Normal, MultivariateNormal))]
+    if other:
+        raise ValueError(f"fit({method.name!r}) takes delta-method steps on Normal and "
+                         f"MultivariateNormal nodes; {other[0].label()} ({other[0].family.name}) "
+                         f"receives a non-conjugate message. Use fit('ncvmp') for this model")
+    if not fed:
+        raise ValueError(f"fit({method.name!r}) steps the Normal/MultivariateNormal nodes fed by "
+                         f"non-conjugate factors (a Potential, Bernoulli(logits=...), "
+                         f"Poisson(log_rate=...), Categorical(logits=...)); this model has none. "
+                         f"Its posterior is conjugate: use fit('vmp') or fit('conjugate')")
+    return fed
 
 
 def check_point(node, it):

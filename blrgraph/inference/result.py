@@ -32,6 +32,7 @@ class FitResult:
     seed: object = field(repr=False, default=None)
     start: object = field(repr=False, default=None)
     restart_starts: list = field(repr=False, default=None)
+    log_evidence: float = field(repr=False, default=None)  # fit("laplace"): Laplace's log p(D)
 
     def __repr__(self):
         est = " (estimate)" if self.estimate else ""

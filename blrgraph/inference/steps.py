@@ -61,10 +61,15 @@ class Backtracking:
         self.model, self.rhos = model, rhos
         self.nodes = [n for n in model.schedule if method.step == "damped" and
                       nonconjugate_child(model, n)]
-        self.monotone = not any(n.factor.elbo_is_estimate for n in model.stochastic)
         self.rho0 = {n: rhos[n] for n in self.nodes}
         self.active = bool(self.nodes)
         self.state = None
+
+    @property
+    def monotone(self):
+        """May a decrease of the ELBO trigger a halving? Not while some factor's ELBO
+        term is a Monte Carlo estimate (a Potential over non-point parents)."""
+        return not any(n.factor.elbo_is_estimate for n in self.model.stochastic)
 
     def save(self):
         if self.active:

@@ -43,10 +43,10 @@ class DataView:
         """The factor a child's message is multiplied by (N/|B| for restricted rows)."""
         return self.scale if child in self.restricted else 1.0
 
-    def step(self, node, rho, iteration=None):
+    def step(self, node, rho, iteration=None, update="natural"):
         """One BLR step of ``node`` with this view's messages."""
         scale = None if self.scale == 1.0 else self.scale_of
-        return blr_step(self.model, node, rho, iteration=iteration, scale=scale)
+        return blr_step(self.model, node, rho, iteration=iteration, scale=scale, update=update)
 
     def fit_local(self, block, update):
         """Fit the local block to the global nodes on these rows; returns its sweeps."""

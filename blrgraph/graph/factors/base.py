@@ -160,6 +160,10 @@ class Conditional:
         """K of a Categorical-valued child, from its parameters (None if unknown)."""
         return None
 
+    def check_fit(self, method):
+        """Refuse, before any sweep of ``fit(method)``, what this factor cannot evaluate
+        (a Potential's logp of the wrong shape or not finite); default: nothing."""
+
     def check_data_plates(self, dplates):
         """Refuse data whose plates this factor would align ambiguously (default: none)."""
 
