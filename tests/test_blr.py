@@ -228,6 +228,32 @@ def test_sgd_iterates_equal_minibatch_gradient_descent():
     assert fit.estimate
 
 
+def test_sgd_streams_memory_mapped_data_block_by_block(tmp_path):
+    X, y = _logistic(N=100)
+    y = y.copy()
+    y[7] = np.nan                      # a missing row of the file: masked in its block
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    Xm, ym = (np.load(tmp_path / f, mmap_mode="r") for f in ("X.npy", "y.npy"))
+    w = bg.MultivariateNormal(np.zeros(3), P0 * np.eye(3), name="w")
+    model = bg.Model(bg.Potential(logistic_rows, w, data=(Xm, ym), name="lik"))
+    with pytest.raises(ValueError, match="streamed data.*svi"):
+        model.fit("gd")
+    B, rho, seed = 25, 1e-3, 2
+    fit, seen = _iterates(model, w, "sgd", rho=rho, batch_size=B, max_steps=10, seed=seed)
+    rng = np.random.default_rng(seed)
+    m, perm, pos = np.zeros(3), rng.permutation(4), 0
+    for it, got in enumerate(seen):   # contiguous blocks in random order, as memmaps are read
+        if pos >= 4:
+            perm, pos = rng.permutation(4), 0
+        rows = np.arange(perm[pos] * B, perm[pos] * B + B)
+        pos += 1
+        rows = rows[np.isfinite(y[rows])]
+        g = (100 / B) * X[rows].T @ (y[rows] - expit(X[rows] @ m)) - P0 * m
+        m = m + rho * g
+        assert np.allclose(got, m, rtol=1e-12, atol=1e-12), it
+
+
 def test_sgd_on_the_whole_data_is_gd():
     X, y = _logistic(N=60)
     w1, m1 = _model("logistic", X, y)

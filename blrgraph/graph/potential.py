@@ -110,6 +110,18 @@ class _Parent:
         self.n = int(np.prod(self.shape, dtype=int))
 
 
+class RowSource:
+    """A Potential's memory-mapped data arrays, read block by block by ``fit("svi")`` /
+    ``fit("sgd")`` (O(block) memory; the scheduler reads contiguous blocks in random
+    order, as for a memory-mapped observed node)."""
+
+    sequential = False
+    dask = False
+
+    def __init__(self, n):
+        self.shape = (int(n),)
+
+
 class PotentialFactor(Conditional):
     """The factor of a Potential: E[logp], its Bonnet/Price messages, by autograd."""
 
@@ -238,7 +250,10 @@ class PotentialFactor(Conditional):
     def check_fit(self, method="fit"):
         """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
         naming the node and the fix."""
-        data, _ = self.rows()
+        if self.node.source is not None:   # streamed: the first rows
+            data, _ = self.node.read_batch(np.arange(min(16, self.node.source.shape[0])))
+        else:
+            data, _ = self.rows()
         where = f"fit({method!r}): {self.node.label()}"
         one = [np.array(p.m) for p in self.draws()]
         try:
@@ -406,7 +421,7 @@ class Potential(Stochastic):
                             f"{vectorized!r}")
         self.family = None
         self.provides = None
-        data, mask, weights = self._check_data(data, mask, weights)
+        data, mask, weights, streamed = self._check_data(data, mask, weights)
         self.factor = PotentialFactor(self, list(parents), logp, samples, seed, vectorized)
         for p in self.factor.parents:
             self.parents.append(p)
@@ -415,6 +430,8 @@ class Potential(Stochastic):
         self.data, self.mask, self.weights = data, mask, weights
         self.replicates = None
         self.plates = (len(data[0]),) if data else ()
+        self.source = RowSource(len(data[0])) if streamed else None
+        self._full_data = data
 
     def _check_data(self, data, mask, weights):
         """Data arrays with one leading row axis; NaN rows masked; mask/weights per row."""
@@ -422,11 +439,13 @@ class Potential(Stochastic):
             if mask is not None or weights is not None:
                 raise ValueError(f"{self.label()}: mask= and weights= weight data rows; pass "
                                  f"data=(...) too")
-            return (), None, None
+            return (), None, None, False
         if not isinstance(data, (tuple, list)):
             data = (data,)
         if not data:
             raise ValueError(f"{self.label()}: data=() holds no array; pass data=(X, y) or omit it")
+        if any(isinstance(a, np.memmap) for a in data):
+            return self._check_streamed(data, mask, weights)
         arrays = []
         for i, a in enumerate(data):
             try:
@@ -466,7 +485,40 @@ class Potential(Stochastic):
                 raise ValueError(f"{self.label()}: weights must be finite counts >= 0, one per row "
                                  f"(shape ({N},)), got shape {wt.shape}")
             weights = wt
-        return tuple(arrays), mask, weights
+        return tuple(arrays), mask, weights, False
+
+    def _check_streamed(self, data, mask, weights):
+        """Memory-mapped data: kept as handles, each block validated when it is read."""
+        if mask is not None or weights is not None:
+            raise ValueError(f"{self.label()}: streamed (memory-mapped) data take no mask= or "
+                             f"weights=; load the data into memory to mask or weight rows")
+        N = {np.shape(a)[0] if np.ndim(a) else None for a in data}
+        if len(N) != 1 or None in N:
+            shapes = ", ".join(f"data[{i}]: {np.shape(a)}" for i, a in enumerate(data))
+            raise ValueError(f"{self.label()}: the data arrays have different numbers of rows "
+                             f"({shapes}); every array holds one entry per row on its leading axis")
+        return tuple(data), None, None, True
+
+    def read_batch(self, rows):
+        """Rows ``rows`` of streamed data as float arrays; rows holding NaN are masked (a
+        per-row mask of the block), inf is refused naming the source's row."""
+        rows = np.asarray(rows)
+        block = []
+        for i, a in enumerate(self._full_data):
+            try:
+                block.append(np.asarray(a[rows], dtype=float))
+            except (TypeError, ValueError):
+                raise TypeError(f"{self.label()}: data[{i}] is not numeric") from None
+        N = len(rows)
+        flat = np.concatenate([b.reshape(N, -1) for b in block], axis=1)
+        if np.isinf(flat).any():
+            r = int(rows[int(np.argmax(np.isinf(flat).any(axis=1)))])
+            raise ValueError(f"{self.label()}: row {r} of the streamed data holds inf; remove it")
+        bad = np.isnan(flat).any(axis=1)
+        if bad.any():
+            block = [np.where(np.isnan(b), 0.0, b) for b in block]
+            return tuple(block), ~bad
+        return tuple(block), None
 
     def row_weights(self):
         """Per-row weight mask x weights (None: every row counts once)."""
@@ -479,8 +531,11 @@ class Potential(Stochastic):
     def restrict(self, rows, cut, source_rows=None):
         state = Node.restrict(self, rows, cut)
         state.update(data=self.data, mask=self.mask, weights=self.weights)
-        self.data = tuple(cut(a, rows) for a in self.data)
-        self.mask = cut(self.mask, rows)
+        if self.source is not None:
+            self.data, self.mask = self.read_batch(rows)
+        else:
+            self.data = tuple(cut(a, rows) for a in self.data)
+            self.mask = cut(self.mask, rows)
         self.weights = cut(self.weights, rows)
         self.factor.invalidate()
         return state
