@@ -351,3 +351,33 @@ def test_laplace_on_a_non_log_concave_potential_never_stores_an_indefinite_preci
     grad = (nu + 1) * np.sum(r / (nu + r ** 2)) - 0.5 * m
     curv = (nu + 1) * np.sum((r ** 2 - nu) / (nu + r ** 2) ** 2) - 0.5
     assert abs(grad) < 1e-8 and x.posterior.var == pytest.approx(-1 / curv, rel=1e-8)
+
+
+def test_laplace_on_a_softmax_regression_reaches_the_map():
+    """Categorical(logits=Dot) with a pinned reference class: the mode is scipy's MAP and
+    each class's precision is its block of the Hessian there (mean field over classes)."""
+    rng = np.random.default_rng(4)
+    N, D, K = 90, 2, 3
+    X = np.column_stack([np.ones(N), rng.normal(size=N)])
+    lg = X @ (rng.normal(size=(K, D)) * 1.5).T
+    y = (rng.random(N)[:, None] > np.cumsum(np.exp(lg) / np.exp(lg).sum(1, keepdims=True), 1)).sum(1)
+    Xk = X[:, None, :] * (np.arange(K) > 0)[:, None]
+    W = bg.MultivariateNormal(np.zeros(D), np.eye(D), plates=(K,), name="W")
+    fit = bg.Model(bg.Categorical(logits=bg.Dot(Xk, W), name="y").observe(y)).fit(
+        "laplace", tol=1e-14, max_iter=500)
+    Y = np.eye(K)[y]
+
+    def negf(v):
+        Wm = v.reshape(K, D)
+        a = np.einsum("nkd,kd->nk", Xk, Wm)
+        return -(np.sum(Y * a) - np.sum(np.logaddexp.reduce(a, axis=1)) - 0.5 * v @ v)
+
+    res = so.minimize(negf, np.zeros(K * D), method="BFGS", options={"gtol": 1e-10})
+    assert fit.converged
+    assert np.allclose(W.posterior.mean[1:], res.x.reshape(K, D)[1:], atol=1e-6)
+    Wm = W.posterior.mean
+    a = np.einsum("nkd,kd->nk", Xk, Wm)
+    p = np.exp(a - np.logaddexp.reduce(a, axis=1, keepdims=True))
+    for k in range(1, K):
+        Hk = np.einsum("nd,n,ne->de", X, p[:, k] * (1 - p[:, k]), X) + np.eye(D)
+        assert np.allclose(W.posterior.cov[k], np.linalg.inv(Hk), rtol=1e-8, atol=1e-12)
