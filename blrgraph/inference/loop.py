@@ -1,9 +1,10 @@
 """The scheduler loop: every method is this loop with the settings of its Method.
 
 Each iteration takes a view of the data (all rows, or a minibatch: the data seam,
-:mod:`blrgraph.inference.views`), fits the local block to the global nodes in it, then
-takes one BLR step of every global node with that view's messages, and evaluates the
-view's ELBO. Step sizes (:mod:`~blrgraph.inference.steps`), point masses
+:mod:`blrgraph.inference.views`), which fits the local block to the global nodes on its
+rows and reports their messages; the loop takes the one BLR step of every global node
+with them (:meth:`Run.step`, :func:`~blrgraph.inference.blr.blr_update`) and assembles
+the ELBO (:func:`~blrgraph.inference.elbo.view_elbo`). Step sizes (:mod:`~blrgraph.inference.steps`), point masses
 (:mod:`~blrgraph.inference.points`), starts (:mod:`~blrgraph.inference.starts`),
 convergence, saddle points (:mod:`~blrgraph.inference.saddles`), the callback and the
 progress bar live here once.
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .blr import blr_step
+from .blr import blr_step, blr_update, target_from
+from .elbo import view_elbo
 from .points import check_point
-from .saddles import split_tied, tied_components
+from .saddles import tied_components
 from .starts import Default, start_assignment
 from .steps import Backtracking, initial_rhos, robbins_monro
 
@@ -81,8 +83,16 @@ class Run:
 
     def update_globals(self, view, rho=None):
         for g in self.plan.structure.globals:
-            view.step(g, self.rhos[g] if rho is None else rho, self.it)
+            self.step(g, view.messages(g), self.rhos[g] if rho is None else rho)
             self._point(g)
+
+    def step(self, node, messages, rho):
+        """The step of a global node: lam <- (1 - rho) lam + rho (lam0 + messages), where
+        ``messages`` is a view's report (its rows' scaled to stand for every row)."""
+        node.set_natural(blr_update(node, node.nat, target_from(node, messages), rho, self.it))
+
+    def elbo(self, view):
+        return view_elbo(self.model, view)
 
     def global_rho(self):
         """Robbins-Monro rho_t for the globals of a stochastic method (None: per node)."""
@@ -96,7 +106,7 @@ class Run:
         step sees symmetry-breaking responsibilities); on a minibatch, one full step of
         the globals from them and ``warmup`` rounds of VMP on it."""
         for z, init in self.plan.starts.items():
-            rows = getattr(view, "idx", {}).get(z)
+            rows = view.idx.get(z)
             if isinstance(init, np.ndarray) and rows is not None:
                 init = init[rows]          # a minibatch: the rows of the given start
             used = start_assignment(self.model, z, self.rng, init)
@@ -121,7 +131,7 @@ class Run:
             if self.it == self.plan.max_iter:
                 block.finish()
             self.local_sweeps.append(view.fit_local(block, self.update_local))
-            L = view.elbo()
+            L = self.elbo(view)
         return L
 
     def global_step(self, view, evaluate):
@@ -130,12 +140,12 @@ class Run:
         bt = self.backtrack
         prev = self.trace[-1] if self.trace else None
         if prev is None and bt.active and bt.monotone and evaluate:
-            prev = view.elbo()  # the first step must not lower the ELBO of the start either
+            prev = self.elbo(view)  # the first step must not lower the ELBO of the start either
         while True:
             bt.save()
             try:
                 self.update_globals(view, self.global_rho())
-                L = view.elbo() if evaluate else None
+                L = self.elbo(view) if evaluate else None
             except FloatingPointError as err:
                 if not bt.active:
                     raise
@@ -150,16 +160,15 @@ class Run:
         return len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1]) \
             and self.backtrack.settled()
 
-    def kick(self, view=None):
-        """At a symmetric saddle point (tied components carrying data): split them and
-        go on (through the view when it holds the rows elsewhere: Dask). Returns True
-        when the run should continue."""
+    def kick(self, view):
+        """At a symmetric saddle point (tied components carrying data, counted by the
+        view): split them on the view's rows and go on. Returns True when the run
+        should continue."""
         found = False
-        tied = getattr(view, "tied_components", None) or (lambda z: tied_components(self.model, z))
         for z in self.plan.structure.assignments:
-            groups = tied(z)
+            groups = tied_components(self.model, z, counts=lambda: view.counts(z))
             if groups and self.kicks < MAX_KICKS:
-                getattr(view, "split_tied", split_tied)(z, groups, self.rng)
+                view.split_tied(z, groups, self.rng)
                 found = True
             elif groups:
                 self.saddle = True
@@ -184,6 +193,7 @@ class Run:
             for it in range(start + 1, plan.max_iter + 1):
                 self.it = it
                 view = rows.next_view(self.rng)
+                view.it = it
                 with view:
                     if it == 1:
                         self.begin(view)
