@@ -41,7 +41,6 @@ from .blr import blr_step, message_from
 from .points import check_point
 from .saddles import component_counts, split_tied
 from .starts import minibatch_starts, partition_starts, slice_start, start_partition
-from .steps import initial_rhos
 from .views import DataView, RowView
 
 #: results reduced this many at a time (the tree of the reduction)
@@ -53,23 +52,15 @@ def uses_dask(model):
     return any(getattr(n.source, "dask", False) for n in model.observed)
 
 
-def adopt(model, method, plan, opts):
+def adopt(model, plan):
     """``fit()``'s plan for data on Dask: the rows source becomes :class:`DaskRows`
     (batch methods) or shuffled minibatches fitted where their rows are (SVI)."""
-    if method.stochastic:
+    if plan.rows.stochastic:
         # minibatches drawn as in memory (the same rows for the same seed), fitted on the
         # workers that hold them: only their indices travel (DaskMinibatches)
         plan.rows = DaskMinibatches(model, plan)
         plan.starts = {}                     # the first minibatch's start: DaskBatchView
         return plan
-    if method.nonconjugate or method.step == "damped":
-        raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
-                         f"the ELBO of a trial step before the local block moves; fit with "
-                         f"'vmp' or 'em', or compute the data into memory")
-    if opts.local_restart is False:
-        raise ValueError(f"fit({method.name!r}, local_restart=False) on dask data: every sweep's "
-                         f"tasks refit the local block from the globals (a pure function of the "
-                         f"partition and the globals); drop local_restart=False")
     plan.block.auto_restart = False           # the block restarts every sweep (see above)
     plan.rows = DaskRows(model, plan)
     plan.starts = {}                         # the starts are taken on the workers
@@ -141,8 +132,7 @@ class DaskView(DataView):
         self.dasked = dasked
         self.parts = self._partitions(structure, dasked)
         self._check_globals(model)
-        rhos = initial_rhos(model, plan.method)
-        self.spec = {n.name: (float(rhos[n]), n in plan.points) for n in structure.local}
+        self.spec = {n.name: (float(plan.rhos[n]), n in plan.points) for n in structure.local}
         self.starts = dict(plan.starts)
         self.result, self.seen, self.rounds, self.fits = None, None, 0, 0
         self.rng = None
@@ -252,11 +242,8 @@ class DaskView(DataView):
             saved[n] = ("source", n.source)
             n.source = _Shape(n.source.shape)
         for n in self.structure.local:
-            saved.setdefault(n, ("nat", n.nat, n._moments))
-            k = len(n.plates)
-            n.nat = tuple(np.array(np.broadcast_to(a, n.plates + np.shape(a)[np.ndim(a) - e:])
-                                   [(slice(0, 1),) * k]) for a, e in zip(n.nat, n.family.event_ndims))
-            n._moments = None
+            saved.setdefault(n, ("q", n.snapshot()))
+            n.set_natural(_one_entry(n))
         extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state", "dask_view")
                  if k in model.__dict__}
         self._restore_template = (saved, extra)
@@ -280,7 +267,7 @@ class DaskView(DataView):
             if s[0] == "source":
                 n.source = s[1]
             else:
-                n.nat, n._moments = s[1], s[2]
+                n.restore_snapshot(s[1])
         self.model.__dict__.update(extra)
 
     def _ship(self, blob):
@@ -323,15 +310,12 @@ class DaskView(DataView):
                              f"axis; its posterior is in memory (node.posterior)")
         if self._setup is None:
             raise ValueError("local_moments: fit the model first")
-        saved, k = (node.nat, node._moments), len(node.plates)
+        saved = node.snapshot()
         try:   # the shapes of one entry's moments
-            node.nat = tuple(np.array(np.broadcast_to(a, node.plates + np.shape(a)[np.ndim(a) - e:])
-                                      [(slice(0, 1),) * k])
-                             for a, e in zip(node.nat, node.family.event_ndims))
-            node._moments = None
+            node.set_natural(_one_entry(node))
             one = [np.shape(m) for m in node.moments()]
         finally:
-            node.nat, node._moments = saved
+            node.restore_snapshot(saved)
         chunks, ref, token, _ = self._setup
         g = self._globals()
         cols = [[] for _ in one]
@@ -513,6 +497,13 @@ class _Shape:
     def __init__(self, shape):
         self.shape = tuple(shape)
         self.n = self.shape[0]
+
+
+def _one_entry(n):
+    """The natural parameters of the first entry of ``n`` (every plate axis cut to 1)."""
+    return tuple(np.array(np.broadcast_to(a, n.plates + np.shape(a)[np.ndim(a) - e:])
+                          [(slice(0, 1),) * len(n.plates)])
+                 for a, e in zip(n.nat, n.family.event_ndims))
 
 
 def _near(holders, p):

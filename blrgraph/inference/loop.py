@@ -21,7 +21,7 @@ from .elbo import view_elbo
 from .points import check_point
 from .saddles import tied_components
 from .starts import Default, start_assignment
-from .steps import Backtracking, initial_rhos, robbins_monro
+from .steps import Backtracking, robbins_monro
 
 class ConvergenceWarning(UserWarning):
     """A fit stopped somewhere that is not an optimum (a symmetric saddle point)."""
@@ -33,9 +33,11 @@ MAX_KICKS = 5
 
 @dataclass
 class Plan:
-    """Everything a run needs, resolved from ``fit()``'s options (:mod:`.fit`)."""
+    """Everything a run needs, resolved from the Method and ``fit()``'s options by
+    :func:`~blrgraph.inference.fit.plan_run` (the one reader of a Method: the loop, the
+    views and the Dask backend read the plan)."""
 
-    method: object
+    name: str                         # the method's name (messages, the progress bar)
     structure: object
     block: object
     rows: object                      # batches.AllRows or batches.Minibatches
@@ -50,6 +52,10 @@ class Plan:
     resume: dict = None               # saved iteration state of a stochastic run
     used_starts: dict = None          # {assignment node: start actually used, after any
                                       # fallback}, for FitResult.start (also on Dask)
+    rhos: dict = None                 # {node: its initial rho} (steps.initial_rhos)
+    damped: list = ()                 # nodes whose steps are backtracked (NCVMP)
+    schedule: tuple = None            # (tau, kappa): the globals' Robbins-Monro rho_t
+    one_pass: bool = False            # the exact posterior in one step (conjugate)
     trace: list = field(default_factory=list)
 
 
@@ -58,11 +64,10 @@ class Run:
 
     def __init__(self, model, plan, rng):
         self.model, self.plan, self.rng = model, plan, rng
-        self.method = plan.method
-        self.rhos = initial_rhos(model, plan.method)
+        self.rhos = dict(plan.rhos)
         if plan.rho is not None:
             self.rhos = {n: float(plan.rho) for n in self.rhos}
-        self.backtrack = Backtracking(model, plan.method, self.rhos)
+        self.backtrack = Backtracking(model, plan.damped, self.rhos)
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
@@ -96,9 +101,9 @@ class Run:
 
     def global_rho(self):
         """Robbins-Monro rho_t for the globals of a stochastic method (None: per node)."""
-        if self.method.step != "robbins_monro" or self.plan.rho is not None:
+        if self.plan.schedule is None or self.plan.rho is not None:
             return None
-        return robbins_monro(self.it, self.method.tau, self.method.kappa)
+        return robbins_monro(self.it, *self.plan.schedule)
 
     # ---- one iteration -----------------------------------------------------------
     def begin(self, view):
@@ -174,11 +179,11 @@ class Run:
                 self.saddle = True
         if found:
             self.kicks += 1
-            warnings.warn(f"fit({self.method.name!r}) reached a symmetric saddle point (mixture "
+            warnings.warn(f"fit({self.plan.name!r}) reached a symmetric saddle point (mixture "
                           f"components with identical posteriors) at iteration {self.it}; "
                           f"splitting them at random and continuing", ConvergenceWarning, stacklevel=4)
         elif self.saddle:
-            warnings.warn(f"fit({self.method.name!r}) ended at a symmetric saddle point: mixture "
+            warnings.warn(f"fit({self.plan.name!r}) ended at a symmetric saddle point: mixture "
                           f"components with identical posteriors after {MAX_KICKS} random "
                           f"splits; it is not reported as converged. Try restarts= or fewer "
                           f"components", ConvergenceWarning, stacklevel=4)
@@ -187,7 +192,7 @@ class Run:
     def run(self):
         """Iterate until convergence, the budget, or the callback; returns converged."""
         plan, rows = self.plan, self.plan.rows
-        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.method.name)
+        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.plan.name)
         start = len(self.trace) if plan.resume is not None else 0
         try:
             for it in range(start + 1, plan.max_iter + 1):
@@ -208,7 +213,7 @@ class Run:
                     bar.set_postfix(elbo=f"{L:.6g}")
                 if plan.callback is not None and plan.callback(it, L):
                     return False
-                if self.method.one_pass:
+                if plan.one_pass:
                     return True
                 if not rows.stochastic and self.small_change() and not self.kick(view):
                     return not self.saddle
