@@ -27,21 +27,16 @@ demand (:func:`~blrgraph.io_dask.local_moments`). The starts of partitions are
 """
 from __future__ import annotations
 
-import contextlib
-import math
-import gc
-import threading
-import time
 import uuid
 
 import numpy as np
 
 from .batches import Minibatches
-from .blr import blr_step, message_from
-from .points import check_point
-from .saddles import component_counts, split_tied
-from .starts import minibatch_starts, partition_starts, slice_start, start_partition
-from .views import DataView, RowView
+from .blr import message_from
+from .dask_tasks import cache_limit, combine, identity, pick, task
+from .partitions import data_children, held_rows, partitions
+from .starts import minibatch_starts, partition_starts, slice_start
+from .views import DataView
 
 #: results reduced this many at a time (the tree of the reduction)
 FAN_IN = 8
@@ -116,22 +111,9 @@ class DaskView(DataView):
         self.plan, self.block = plan, plan.block
         self.links = set(structure.links)
         self.on_rows = frozenset(structure.links)
-        dasked = [n for n in model.observed if getattr(n.source, "dask", False)]
-        for n in dasked:
-            if n not in self.links:
-                raise ValueError(f"{n.label()} holds a dask array but is not on the data axis of "
-                                 f"{structure.root.label()}; observe an in-memory array there")
-        for n in structure.local:
-            if n not in self.links:
-                raise ValueError(f"fit on dask data: the local node {n.label()} lies on another "
-                                 f"data axis than {structure.root.label()}'s; one data axis only")
-        for n in structure.links:
-            if n.stochastic and n.observed and not getattr(n.source, "dask", False):
-                raise ValueError(f"{n.label()} is on the data axis with {dasked[0].label()}, whose "
-                                 f"rows are a dask array; give it a dask array chunked the same way")
-        self.dasked = dasked
-        self.parts = self._partitions(structure, dasked)
-        self._check_globals(model)
+        self.dasked = held_rows(model, structure)
+        self.parts = partitions(structure, self.dasked)
+        self.data_children = data_children(model, structure)
         self.spec = {n.name: (float(plan.rhos[n]), n in plan.points) for n in structure.local}
         self.starts = dict(plan.starts)
         self.result, self.seen, self.rounds, self.fits = None, None, 0, 0
@@ -211,17 +193,17 @@ class DaskView(DataView):
         from dask import delayed
         chunks, ref, token, _ = self._shipped()
         g = self._globals()
-        task, combine = delayed(_task, pure=True), delayed(_combine, pure=True)
+        run, add = delayed(task, pure=True), delayed(combine, pure=True)
         groups, level = self._groups(), []
         self.rounds += 1
         for p, rows in groups:
             data = {name: c[p] for name, c in chunks.items()}
             s = None if start is None else self._part_start(start, p)
             with _near(self.where, p):
-                level.append(task(token, ref, p, self.parts[p], data, rows, s, g, fit, self.spec,
+                level.append(run(token, ref, p, self.parts[p], data, rows, s, g, fit, self.spec,
                                   self.it, self._warm(), split, dask_key_name=f"blrgraph-part-"
                                   f"{token}-{self.it}-{self.rounds}-{p}-{uuid.uuid4().hex[:8]}"))
-        out = _reduce_tree(level, combine)
+        out = _reduce_tree(level, add)
         self.result, self.seen = out, [n.nat for n in self.structure.globals]
         self.where.update(out["where"])
         # what travelled: the globals to every task (and a minibatch's rows), the reports back
@@ -247,7 +229,7 @@ class DaskView(DataView):
         extra = {k: model.__dict__.pop(k) for k in ("fit_result", "svi_state", "dask_view")
                  if k in model.__dict__}
         self._restore_template = (saved, extra)
-        return (model, self.structure, self.block, self.data_children, _cache_limit())
+        return (model, self.structure, self.block, self.data_children, cache_limit())
 
     def _shipped(self):
         """(chunks, model task, token, model bytes): shipped at the first call of a fit."""
@@ -279,7 +261,7 @@ class DaskView(DataView):
         token = uuid.uuid4().hex
         srcs = [n.source for n in self.dasked] + [n.source.weights for n in self.dasked
                                                   if n.source.weights is not None]
-        ref = delayed(_identity, pure=True)(blob, dask_key_name=f"blrgraph-model-{token}")
+        ref = delayed(identity, pure=True)(blob, dask_key_name=f"blrgraph-model-{token}")
         *arrs, ref = dask.persist(*[s.arr for s in srcs], ref)
         for s, a in zip(srcs, arrs):
             s.arr = a
@@ -321,13 +303,13 @@ class DaskView(DataView):
         cols = [[] for _ in one]
         for p, part in enumerate(self.parts):
             data = {nm: c[p] for nm, c in chunks.items()}
-            out = delayed(_task, pure=True, nout=None)(token, ref, p, part, data, None, None, g,
+            out = delayed(task, pure=True, nout=None)(token, ref, p, part, data, None, None, g,
                                                        True, self.spec, self.it + 1,
                                                        self.it + 1 > 1, None, name)
             rows = part[1] - part[0] if node in self.structure.links and \
                 self._on_rows(node) else part[3] - part[2]
             for j, shp in enumerate(one):
-                col = delayed(_pick, pure=True)(out, j)
+                col = delayed(pick, pure=True)(out, j)
                 cols[j].append(da.from_delayed(col, shape=(rows,) + shp[1:], dtype=float))
         return tuple(da.concatenate(c, axis=0) for c in cols)
 
@@ -342,68 +324,6 @@ class DaskView(DataView):
     def _globals(self):
         return {g.name: (tuple(np.asarray(a) for a in g.nat), bool(g.point))
                 for g in self.structure.globals}
-
-    @staticmethod
-    def _partitions(structure, dasked):
-        """(first row, end row of the data axis, first row, end row of the dask arrays)
-        of every partition. Through a gather (LDA: documents -> entries) the entries must
-        be sorted by the gathered row; chunk boundaries move to the next row's first entry
-        so that no row of the data axis is split."""
-        first = dasked[0].source
-        gathers, n = [], dasked[0]
-        while structure.links.get(n) is not None:
-            kind, via = structure.links[n]
-            if kind == "gather":
-                gathers.append(n)
-            n = via
-        if not gathers:
-            parts = [(lo, hi, lo, hi) for lo, hi in first.partitions()]
-        elif len(gathers) == 1 and gathers[0].source is structure.root:
-            idx = np.asarray(gathers[0].idx)
-            if idx.size and np.any(np.diff(idx) < 0):
-                raise ValueError(f"fit on dask data: the entries of {dasked[0].label()} must be "
-                                 f"sorted by their row of {structure.root.label()} (the index of "
-                                 f"{gathers[0].label()}), e.g. document by document")
-            b = [int(np.searchsorted(idx, idx[e], "left")) for e in first.bounds[1:-1]]
-            bounds = sorted(set([0] + b + [len(idx)]))
-            if bounds != [int(e) for e in first.bounds]:
-                sizes = tuple(np.diff(bounds).tolist())
-                for n in dasked:
-                    n.source.rechunk(sizes)
-            rows = [0] + [int(idx[e]) for e in bounds[1:-1]] + [structure.N]
-            parts = [(rows[i], rows[i + 1], bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
-        else:
-            raise ValueError(f"fit on dask data: the data axis reaches {dasked[0].label()} "
-                             f"through {len(gathers)} gathers; one gather from the data axis "
-                             f"(theta[doc_ids]) at most")
-        chunks0 = first.arr.chunks[0]
-        for n in dasked[1:]:
-            if n.source.arr.chunks[0] != chunks0:
-                n.source.rechunk(chunks0)
-        return parts
-
-    def _check_globals(self, model):
-        """Refuse a global node whose data messages read another global node (then the
-        messages gathered before the sweep's steps would be stale)."""
-        self.data_children = {}
-        for g in self.structure.globals:
-            kids = []
-            for c in model.children[g]:
-                if c in self.links:
-                    kids.append(c)
-                    others = [p for p in _latent_parents(c) if p is not g and p not in self.links]
-                    if others:
-                        raise ValueError(f"fit on dask data: the messages of {c.label()} to "
-                                         f"{g.label()} read the global node(s) "
-                                         f"{sorted(o.name for o in others)}, updated in the same "
-                                         f"sweep; use a joint prior (NormalWishart, NormalGamma) "
-                                         f"or compute the data into memory")
-                elif c.deterministic and _below(model, c, self.links):
-                    raise ValueError(f"fit on dask data: {g.label()} reaches the data through "
-                                     f"the deterministic node {c.label()}, which is off the data "
-                                     f"axis; compute the data into memory")
-            self.data_children[g.name] = [c.name for c in kids]
-
 
 class DaskBatchView(DaskView):
     """An SVI minibatch of rows held on Dask (see :class:`DaskMinibatches`): one task per
@@ -464,31 +384,6 @@ class DaskBatchView(DaskView):
         return L
 
 
-def _latent_parents(c):
-    """The latent stochastic nodes whose moments ``c``'s factor reads (through
-    deterministic nodes)."""
-    out, stack = set(), list(c.parents)
-    while stack:
-        p = stack.pop()
-        if getattr(p, "deterministic", False):
-            stack.extend(p.parents)
-        elif getattr(p, "stochastic", False) and not p.observed:
-            out.add(p)
-    return out
-
-
-def _below(model, node, links):
-    """Does a deterministic ``node`` feed a node in ``links``?"""
-    stack = list(model.children[node])
-    while stack:
-        c = stack.pop()
-        if c in links:
-            return True
-        if c.deterministic:
-            stack.extend(model.children[c])
-    return False
-
-
 class _Shape:
     """Stands for a dask source in the pickled model (its shape only)."""
 
@@ -539,210 +434,3 @@ def _reduce_tree(level, combine):
     return out
 
 
-def _fit_block(model, block, view, nodes, spec, it, points):
-    """Fit the local block of a partition's model (``spec``: {name: (rho, point)}; the
-    point masses are points already when ``points``, else they become points in their
-    first update, as in memory). Returns the local sweeps."""
-    for name, (rho, point) in spec.items():
-        nodes[name].point = point and points
-
-    def update(n):
-        blr_step(model, n, spec[n.name][0], iteration=it)
-        if spec[n.name][1] and not n.point:
-            n.point = True
-        if n.point:
-            check_point(n, it)
-    return block.fit(view, update)
-
-
-# ---- on the workers ------------------------------------------------------------------
-_CACHE = {}
-_LOCK = threading.Lock()
-
-
-def _cache_limit():
-    """Restricted models a worker thread keeps (dask config ``blrgraph.partition-cache``,
-    read on the driver and shipped with the model; None: every partition it fits). A
-    partition kept costs about 0.85 kB per row for a GMM with D = 10; one not kept is
-    rebuilt from its chunk by every task (the data's statistics again)."""
-    import dask
-    limit = dask.config.get("blrgraph.partition-cache", None)
-    if limit is not None and (isinstance(limit, bool) or int(limit) < 0):
-        raise ValueError(f"dask config blrgraph.partition-cache={limit!r}: give the number of "
-                         f"partitions a worker thread keeps (0: none), or None for all")
-    return None if limit is None else int(limit)
-
-
-def _partition_model(token, blob, p, part, data):
-    """The model restricted to partition ``p``'s rows, built once per worker thread and
-    kept (with its data and the statistics derived from them) for the next sweeps.
-    Tasks do not depend on what it holds between them: every local node is set from
-    the start or refitted from the globals (a lost worker's copy is simply rebuilt)."""
-    import cloudpickle
-    key = (token, p, threading.get_ident())
-    with _LOCK:
-        got = _CACHE.get(key)
-    if got is not None:
-        return got, False
-    model, structure, block, children, limit = cloudpickle.loads(blob)
-    nodes = {n.name: n for n in model.nodes}
-    lo, hi, dlo, _ = part
-    for name, (X, W) in data.items():
-        n = nodes[name]
-        n.source = _chunk(X, W, dlo, n.source.shape)
-    view = RowView(model, structure, np.arange(lo, hi)).__enter__()
-    for name in data:              # in memory now: nested views cut the arrays
-        nodes[name].source = None
-        _replicate(nodes[name])
-    got = (model, structure, block, children, nodes, view)
-    with _LOCK:
-        old = [k for k in _CACHE if k[0] != token]     # an earlier fit's
-        for k in old:
-            del _CACHE[k]
-        # the first ``limit`` partitions are kept, the others rebuilt each time (with
-        # the partitions visited in turn every sweep, evicting would rebuild them all)
-        if limit is None or sum(k[2] == key[2] for k in _CACHE) < limit:
-            _CACHE[key] = got
-    if old:
-        gc.collect()           # a model is a graph of cycles: free its arrays now
-    return got, True
-
-
-def _set_globals(nodes, values):
-    for name, (nat, point) in values.items():
-        n = nodes[name]
-        n.point = point
-        n.set_natural(tuple(nat))
-
-
-def _replicate(obs):
-    """Counts read with the rows stand for identical copies of the latent nodes on the
-    same plates above them (as ``Model`` sets up for in-memory weights)."""
-    if obs.weights is None:
-        return
-    obs.replicates = obs.weights
-    stack = [obs]
-    while stack:
-        c = stack.pop()
-        for p in c.parents:
-            if p.stochastic and not p.observed and p.plates == obs.plates:
-                p.replicates = obs.weights
-                stack.append(p)
-
-
-def _identity(x):
-    return x
-
-
-def _pick(out, j):
-    return out[j]
-
-
-def _task(token, blob, p, part, data, rows, start, globals_, fit, spec, it, warm, split=None,
-          moments=None):
-    """One partition (``rows``: the rows of a minibatch in it, numbered from its first
-    row; None: all): the globals set to ``globals_``, then the assignments set to
-    ``start`` or (with ``fit``) the local block fitted; ``split``: {assignment name:
-    (groups, seed)} tied components whose responsibilities are then shared at random
-    (:func:`~.saddles.split_tied`, drawn from (seed, partition)). Returns the view's
-    report (:func:`_report`), or with ``moments`` the local node's moments."""
-    lo, hi, dlo, dhi = part
-    t0, c0 = time.perf_counter(), time.thread_time()
-    try:
-        (model, structure, block, children, nodes, view), fresh = _partition_model(
-            token, blob, p, part, data)
-        _set_globals(nodes, globals_)
-        sweeps = 0
-        with contextlib.nullcontext(view) if rows is None else RowView(model, structure, rows) as v:
-            if start is not None:
-                for name, s in start.items():
-                    start_partition(model, nodes[name], s, p)
-            elif fit and block.nodes:
-                sweeps = _fit_block(model, block, v, nodes, spec, it, warm)
-            for name, (groups, seed) in (split or {}).items():
-                split_tied(nodes[name], groups, np.random.default_rng([seed, p]))
-            if moments is not None:      # the local posterior (local_moments)
-                n = nodes[moments]
-                return tuple(np.array(np.broadcast_to(m, n.plates + np.shape(m)[np.ndim(m) - e:]))
-                             for m, e in zip(n.moments(), n.family.event_ndims))
-            out = _report(model, structure, children, nodes)
-        return dict(out, sweeps=sweeps, **_timings(p, t0, c0, fresh,
-                                                   hi - lo if rows is None else len(rows)))
-    except Exception as e:
-        where = (dlo, dhi) if rows is None else (lo + int(np.min(rows)), lo + int(np.max(rows)) + 1)
-        raise _named(e, p, *where) from e
-
-
-def _report(model, structure, children, nodes):
-    """The rows' messages to the global nodes ({name: tuple of arrays}, unscaled) and
-    their ELBO terms, at the current local and global q."""
-    msgs = {}
-    for g, kids in children.items():
-        total = None
-        for c in kids:
-            m = message_from(model, nodes[c], nodes[g])
-            if m is not None:
-                total = m if total is None else tuple(a + b for a, b in zip(total, m))
-        if total is not None:
-            msgs[g] = tuple(np.array(a, dtype=float) for a in total)
-    L = 0.0
-    for n in model.stochastic:
-        if n in structure.links:
-            term = n.elbo_term()
-            if not math.isfinite(term):
-                raise FloatingPointError(f"the ELBO term of {n.label()} is {term}")
-            L += term
-    counts = {z.name: component_counts(z) for z in structure.assignments}
-    return {"elbo": L, "msgs": msgs, "counts": counts}
-
-
-def _timings(p, t0, c0, fresh, rows):
-    """The task's wall and thread CPU seconds; the CPU and rows again under rebuilt_* when
-    it built its partition's restricted model (the first sweep, or a partition the
-    worker does not keep: ``blrgraph.partition-cache``)."""
-    cpu = time.thread_time() - c0
-    return {"seconds": time.perf_counter() - t0, "cpu": cpu,
-            "rebuilt_cpu": cpu if fresh else 0.0, "rebuilt_rows": rows if fresh else 0,
-            "where": {p: _worker_address()}}
-
-
-def _worker_address():
-    try:
-        from distributed import get_worker
-        return get_worker().address
-    except (ImportError, ValueError):
-        return None
-
-
-def _chunk(X, W, lo, shape):
-    from ..graph.dask_source import ChunkSource
-    return ChunkSource(np.asarray(X), lo, shape, None if W is None else np.asarray(W))
-
-
-def _named(e, p, lo, hi):
-    """The exception with the partition and its rows in front of its message."""
-    msg = f"dask partition {p} (rows {lo}..{hi - 1}): {e}"
-    try:
-        out = type(e)(msg)
-    except Exception:   # an exception type that takes other arguments
-        out = RuntimeError(msg)
-    return out
-
-
-def _combine(*parts):
-    """Sum of partition results (one node of the reduction tree)."""
-    out = {"elbo": 0.0, "msgs": {}, "counts": {}, "sweeps": 0, "seconds": 0.0, "cpu": 0.0,
-           "rebuilt_cpu": 0.0, "rebuilt_rows": 0, "where": {}}
-    for r in parts:
-        out["where"].update(r["where"])
-        out["elbo"] += r["elbo"]
-        for k in ("cpu", "rebuilt_cpu", "rebuilt_rows"):
-            out[k] += r[k]
-        for z, c in r["counts"].items():
-            out["counts"][z] = c + out["counts"].get(z, 0.0)
-        out["seconds"] += r["seconds"]
-        out["sweeps"] = max(out["sweeps"], r["sweeps"])
-        for g, m in r["msgs"].items():
-            old = out["msgs"].get(g)
-            out["msgs"][g] = m if old is None else tuple(a + b for a, b in zip(old, m))
-    return out
