@@ -155,7 +155,7 @@ class DaskView(DataView):
     # ---- on the rows -------------------------------------------------------------------
     def fit_local(self, block, update):
         """The local block fitted on every partition to the current globals (the tasks'
-        local step: :func:`_fit_block`)."""
+        local step: :func:`~.dask_tasks.task`)."""
         out = self._run()
         self.fits += 1
         return out["sweeps"]
