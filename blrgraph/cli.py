@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .inference.methods import METHODS
+
 IRIS_COLUMNS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 
 
@@ -188,15 +190,30 @@ def fit_options_for(meta, method):
     return dict(by_method[method] if method in by_method else meta.get("fit_options", {}))
 
 
+def _stochastic(method):
+    """Does the method named ``method`` visit the data in minibatches (its Method's
+    ``stochastic``)? An unknown name is refused by fit() itself."""
+    m = METHODS.get(method)
+    return m is not None and m.stochastic
+
+
+def _method_help():
+    """The --method help: every entry of METHODS with its description."""
+    return "inference method: " + "; ".join(f"{name} ({m.description})" if m.description else name
+                                            for name, m in METHODS.items())
+
+
 def _check_overrides(method, extra):
     """Refuse fit keywords the command line does not pass on: --batch-size and --epochs
-    without --method svi, and --fit-option keys that have their own flag."""
+    without a stochastic method (--method svi), and --fit-option keys that have their own
+    flag."""
     extra = {k: v for k, v in (extra or {}).items() if v is not None}
     given = [k for k in SVI_ONLY if k in extra]
-    if method != "svi" and given:
+    if not _stochastic(method) and given:
         flags = " and ".join("--" + k.replace("_", "-") for k in given)
+        names = " or ".join(name for name, m in METHODS.items() if m.stochastic)
         raise CLIError(f"{flags} {'is an option' if len(given) == 1 else 'are options'} of "
-                       f"--method svi, not of {method!r}")
+                       f"--method {names}, not of {method!r}")
     for key, flag in (("seed", "--seed"), ("progress", "--progress")):
         if key in extra:
             raise CLIError(f"--fit-option {key}=...: use {flag}")
@@ -212,7 +229,7 @@ def _override(fit_options, method, max_iter=None, tol=None, extra=None):
         out["max_iter"] = max_iter
     if tol is not None:
         out["tol"] = tol
-    if method == "svi":
+    if _stochastic(method):
         if max_iter is not None or "max_steps" in extra:
             out.pop("epochs", None)
         if "epochs" in extra:
@@ -612,8 +629,8 @@ def make_parser():
 
     def common(q, out_default, seed_default=0):
         q.add_argument("--method", default=None,
-                       help="inference method: vmp, em, svi, ncvmp, conjugate (default: the model "
-                            "file's DEFAULT_METHOD, else vmp)")
+                       help=_method_help() + " (default: the model file's DEFAULT_METHOD, "
+                                             "else vmp)")
         q.add_argument("--seed", type=int, default=seed_default,
                        help=f"random seed of the initialisation ({seed_default})")
         q.add_argument("--restarts", type=int, default=1,

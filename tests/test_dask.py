@@ -473,3 +473,19 @@ def test_the_fit_names_its_start_on_dask_too(client):
     assert fit.start == fit.restart_starts[fit.best_restart]
     assert dsk.fit("vmp", seed=0, max_iter=5, init="kmeans++").start == "kmeans++"
     assert dsk.fit("svi", seed=0, batch_size=100, epochs=1).start == "kmeans"
+
+
+def test_the_driver_takes_the_one_step_with_its_checks(monkeypatch):
+    """The global steps on dask data are the in-memory step (blr.blr_update), checks
+    included: a precision that stays not positive definite (forced here for the Gamma
+    rates) raises the same FloatingPointError in memory and on dask, instead of being
+    stored. (Threads only: the step is the driver's.)"""
+    import dask
+    from blrgraph.families.gamma import Gamma
+    X, R = poisson_data(N=200)
+    monkeypatch.setattr(Gamma, "precision_is_pd", lambda self, nat: False)
+    with pytest.raises(FloatingPointError, match="not positive definite even with rho halved"):
+        poisson_mixture(X).fit("vmp", init=R, max_iter=3)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        with pytest.raises(FloatingPointError, match="not positive definite even with rho halved"):
+            poisson_mixture(da.from_array(X, chunks=50)).fit("vmp", init=R, max_iter=3)

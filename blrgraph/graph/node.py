@@ -567,6 +567,19 @@ class Stochastic(Node):
         self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
         self._moments = None
 
+    # ---- q's state: the one way to save it and put it back (restarts, backtracking,
+    # checkpoints, the Dask template) ----
+    def snapshot(self):
+        """q's state (natural parameters, point mass?, fitted?), for :meth:`restore_snapshot`
+        (natural parameters are replaced, never modified in place: no copy is needed)."""
+        return (self.nat, self.point, self.fitted)
+
+    def restore_snapshot(self, state):
+        """Put back a state of :meth:`snapshot` (through :meth:`set_natural`, so a node
+        that derives more from its q, e.g. a chain, rebuilds it)."""
+        nat, self.point, self.fitted = state
+        self.set_natural(nat)
+
     def release(self):
         """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
         Categorical (rebuilt on demand)."""

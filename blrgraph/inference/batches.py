@@ -27,6 +27,9 @@ class AllRows:
     def next_view(self, rng):
         return self.view
 
+    def finish(self, model):
+        """After the fit (rows held elsewhere leave their local posteriors there)."""
+
 
 class Minibatches:
     """Minibatches of the data axis, ``batch_size`` rows each."""
@@ -81,6 +84,9 @@ class Minibatches:
     def next_view(self, rng):
         rows = self._rows(rng)
         return RowView(self.model, self.structure, rows, scale=self.N / len(rows))
+
+    def finish(self, model):
+        """After the fit (rows held elsewhere leave their local posteriors there)."""
 
     def blocks(self):
         """Views of consecutive blocks covering every row once (scale 1)."""

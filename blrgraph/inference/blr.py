@@ -39,11 +39,17 @@ def incoming(model, node, scale=None):
 
 def blr_target(model, node, scale=None):
     """lam0 + sum of messages: the coordinate-ascent target (rho = 1)."""
+    return target_from(node, incoming(model, node, scale))
+
+
+def target_from(node, messages):
+    """lam0 + ``messages`` (the summed messages, e.g. a view's report; None: none)."""
     target = node.prior_natural()
-    msg = incoming(model, node, scale)
-    if msg is not None:  # components a message lacks (a chain's coupling) keep the prior's
-        # (entries that share one value, e.g. one score precision, stay one broadcast value)
-        target = tuple(add_compact(a, m) for a, m in zip(target, msg)) + tuple(target[len(msg):])
+    if messages is not None:  # components a message lacks (a chain's coupling) keep the
+        # prior's (entries that share one value, e.g. one score precision, stay one
+        # broadcast value)
+        target = tuple(add_compact(a, m) for a, m in zip(target, messages)) + \
+            tuple(target[len(messages):])
     return target
 
 
@@ -80,11 +86,11 @@ def reset_to_prior(node):
     node.set_natural(node.prior_natural())
 
 
-def mean_step(node, target, rho):
+def mean_step(old, target, rho):
     """Gradient descent on a Gaussian node's mean, its precision P fixed (docs/blr.md):
     with the delta-method target (t1, t2) = lam0 + messages at the mean m, the gradient
     of log p(D, m) is t1 + 2 t2 m, and m <- m + rho (t1 + 2 t2 m); lam = (P m, -P/2)."""
-    e1, e2 = node.nat
+    e1, e2 = old
     t1, t2 = target
     if np.ndim(e2) > np.ndim(e1):   # MultivariateNormal: T = (x, x x^T)
         P = -2.0 * np.asarray(e2)
@@ -99,15 +105,13 @@ def mean_step(node, target, rho):
 
 
 def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural"):
-    """One BLR update of ``node``. A point-mass node (EM) stores the natural parameters
-    of its pseudo-posterior (the target); its moments are then T at their mode (the MAP
-    M-step). With rho < 1 (SVI, damping) a point mass averages those natural
-    parameters, i.e. its expected sufficient statistics: online EM (docs/em.md).
-    A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
-    is updated in that factored form (the same q, without an entries x K exp)."""
+    """One BLR update of ``node`` from the messages of its children in ``model`` (a local
+    node, or a test driving one node): its target (:func:`blr_target`) taken by
+    :func:`blr_update` (``update``: "natural", or "mean" for a gradient step). A
+    Categorical whose target is a sum of gathered tables (:func:`target_terms`) is
+    updated in that factored form (the same q, without an entries x K exp)."""
     if update == "mean":
-        new = mean_step(node, blr_target(model, node, scale), rho)
-        _check_finite(node, new, iteration, "; the gradient step overshot: lower rho")
+        new = blr_update(node, node.nat, blr_target(model, node, scale), rho, iteration, update)
         node.set_natural(new)
         return new
     if rho == 1.0 and scale is None:
@@ -115,11 +119,31 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural")
         if terms is not None:
             node.set_natural_terms(*terms)
             return node._nat
-    target = blr_target(model, node, scale)
+    new = blr_update(node, node.nat, blr_target(model, node, scale), rho, iteration)
+    node.set_natural(new)
+    return new
+
+
+def blr_update(node, old, target, rho=1.0, iteration=None, update="natural"):
+    """THE step: the natural parameters lam = (1 - rho) ``old`` + rho ``target`` of
+    ``node`` (returned, not stored: a pure function of its arguments). Every update of
+    every method goes through here: the loop's step of a global node (target = lam0 + a view's messages), the local block's steps, the
+    Dask driver's. A point-mass node (EM) stores the natural parameters of its
+    pseudo-posterior (the target); its moments are then T at their mode (the MAP M-step).
+    With rho < 1 (SVI, damping) a point mass averages those natural parameters, i.e. its
+    expected sufficient statistics: online EM (docs/em.md). Non-finite parameters are
+    refused (FloatingPointError); while the precision is not positive definite rho is
+    halved (at most :data:`MAX_HALVINGS` times, then FloatingPointError).
+    ``update="mean"``: the gradient step of the delta-method rows (:func:`mean_step`:
+    the mean moves, the precision stays)."""
+    if update == "mean":
+        new = mean_step(old, target, rho)
+        _check_finite(node, new, iteration, "; the gradient step overshot: lower rho")
+        return new
     if rho == 1.0:
         new = target
     else:
-        new = tuple((1.0 - rho) * a + rho * t for a, t in zip(node.nat, target))
+        new = tuple((1.0 - rho) * a + rho * t for a, t in zip(old, target))
     _check_finite(node, new, iteration, "; check the data scale and the priors")
     at = f" at iteration {iteration}" if iteration is not None else ""
     r = rho
@@ -127,7 +151,7 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural")
         if precision_is_pd(node, new):
             break
         r *= 0.5
-        new = tuple((1.0 - r) * a + r * t for a, t in zip(node.nat, target))
+        new = tuple((1.0 - r) * a + r * t for a, t in zip(old, target))
     else:
         if not precision_is_pd(node, new):
             raise FloatingPointError(f"the update of {node.label()}{at} gives a precision that is "
@@ -135,7 +159,6 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural")
                                      f"times ({rho} -> {r:g}): a factor sends an indefinite "
                                      f"expected Hessian; use a log-concave likelihood or a "
                                      f"stronger prior")
-    node.set_natural(new)
     return new
 
 

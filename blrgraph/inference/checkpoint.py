@@ -190,13 +190,10 @@ def load(model, path):
     svi = _svi_state(path, meta.get("svi"), data)
     # everything checked: now change the model
     for n, nat in new.items():
-        n.set_natural(nat)
-        n.point = n.name in meta["point"]
-        n.fitted = n.name in meta["fitted"]
+        n.restore_snapshot((nat, n.name in meta["point"], n.name in meta["fitted"]))
     for n in model.latent:           # not in the file: back to the prior given the globals
         if n.name in omitted:
-            n.set_natural(n.prior_natural())
-            n.point, n.fitted = False, False
+            n.restore_snapshot((n.prior_natural(), False, False))
     model.svi_state = svi
     return model
 

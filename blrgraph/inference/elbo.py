@@ -16,11 +16,37 @@ def elbo(model):
                              f"(fit_result.elbo_trace), or observe an in-memory array")
     total = 0.0
     for node in model.stochastic:
-        term = node.elbo_term()
-        if not math.isfinite(term):
-            raise FloatingPointError(f"the ELBO term of {node.label()} is {term}{_diagnose(node)}")
-        total += term
+        total += _term(node)
     return total
+
+
+def view_elbo(model, view):
+    """The ELBO the loop reports for a view of the data (the one place it is assembled):
+    ``view.scale`` times the view's rows' terms (:meth:`~.views.DataView.row_terms`; an
+    SVI minibatch stands for all N rows) plus the terms of every other stochastic node,
+    read in memory. For a view of every row in memory (no ``on_rows``) it is
+    :func:`elbo`."""
+    if not view.on_rows:
+        return elbo(model)
+    rows = view.row_terms()
+    total = view.scale * rows
+    if not math.isfinite(total):
+        bad = [n.label() for n in model.stochastic if n in view.on_rows and
+               not math.isfinite(n.elbo_term())] or ["the rows"]
+        raise FloatingPointError(f"the minibatch ELBO is {total}: the terms of "
+                                 f"{', '.join(bad)} are not finite; check the data scale "
+                                 f"and the priors, or lower kappa's first steps (tau=)")
+    for node in model.stochastic:
+        if node not in view.on_rows:
+            total += _term(node)
+    return total
+
+
+def _term(node):
+    term = node.elbo_term()
+    if not math.isfinite(term):
+        raise FloatingPointError(f"the ELBO term of {node.label()} is {term}{_diagnose(node)}")
+    return term
 
 
 def _diagnose(node):

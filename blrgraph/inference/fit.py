@@ -15,6 +15,7 @@ from .methods import get_method
 from .options import parse_options
 from .points import resolve_points
 from .result import FitResult
+from .steps import damped_nodes, initial_rhos
 from .starts import (SCREEN_STARTS, SCREEN_SWEEPS, Default, check_init, default_start,
                      restart_start)
 from .structure import Structure
@@ -76,10 +77,9 @@ def fit(model, method="vmp", **options):
         starts.append(res.start)
         if best is None or score > max(elbos[:-1]):
             best = res
-            best_state = [(n, n.nat, n.point, n.fitted) for n in model.latent]
-    for n, nat, point, fitted in best_state:
-        n.set_natural(nat)
-        n.point, n.fitted = point, fitted
+            best_state = [(n, n.snapshot()) for n in model.latent]
+    for n, state in best_state:
+        n.restore_snapshot(state)
     best.restart_elbos = elbos
     best.restart_seeds = seeds
     best.restart_starts = starts
@@ -144,7 +144,10 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
         raise ValueError(f"fit({method.name!r}, local_iters=...): no latent node lies on the data "
                          f"axis (the first plate axis of the observed nodes), so there is no "
                          f"local block to iterate; drop local_iters")
-    batch = not method.stochastic and not dask_rows.uses_dask(model)  # (local.py, starts.py)
+    on_dask = dask_rows.uses_dask(model)
+    if on_dask:
+        _check_dask(model, method, opts)
+    batch = not method.stochastic and not on_dask  # (local.py, starts.py)
     block = LocalBlock(model, structure, opts.local_iters, opts.local_tol, opts.local_restart,
                        adaptive=batch)
     starts = check_init(model, opts.init, structure.assignments)
@@ -166,18 +169,39 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
     else:
         rows, warmup = AllRows(model, structure), 0
         budget = opts.max_iter or (1 if method.one_pass else 1000)
-    plan = Plan(method=method, structure=structure, block=block, rows=rows,
+    plan = Plan(name=method.name, structure=structure, block=block, rows=rows,
                 points=points,
                 starts=starts, max_iter=budget, tol=opts.tol, callback=opts.callback,
                 progress=opts.progress, rho=opts.rho if method.stochastic else None,
-                warmup=warmup, used_starts=dict(starts))
-    if dask_rows.uses_dask(model):  # rows on a Dask cluster (docs/scaling.md)
+                warmup=warmup, used_starts=dict(starts), rhos=initial_rhos(model, method),
+                damped=damped_nodes(model, method), one_pass=method.one_pass,
+                schedule=(method.tau, method.kappa) if method.step == "robbins_monro" else None,
+                updates={n: method.update for n in points} if method.points == "nonconjugate"
+                else {}, warm_start=method.warm_start,
+                delta=tuple(points) if method.points == "nonconjugate" else ())
+    if on_dask:  # rows on a Dask cluster (docs/scaling.md)
         driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
         if driver:
             raise ValueError(f"init={driver[0]!r} sets the topics on the driver and needs every "
                              f"row's assignments there; with Dask-backed data use init='diffuse'")
-        plan = dask_rows.adopt(model, method, plan, opts)
+        plan = dask_rows.adopt(model, plan)
     return plan
+
+
+def _check_dask(model, method, opts):
+    """Refuse what rows on Dask cannot do (docs/scaling.md)."""
+    if method.update != "natural" or method.points == "nonconjugate":
+        raise ValueError(f"fit({method.name!r}) on dask data: the delta-method and gradient "
+                         f"steps run on data in memory; fit Dask-backed data with 'vmp', 'em' "
+                         f"or 'svi'")
+    if damped_nodes(model, method) or any(not n.factor.conjugate for n in model.stochastic):
+        raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
+                         f"the ELBO of a trial step before the local block moves; fit with "
+                         f"'vmp' or 'em', or compute the data into memory")
+    if not method.stochastic and opts.local_restart is False:
+        raise ValueError(f"fit({method.name!r}, local_restart=False) on dask data: every sweep's "
+                         f"tasks refit the local block from the globals (a pure function of the "
+                         f"partition and the globals); drop local_restart=False")
 
 
 def _minibatches(model, structure, opts):
@@ -206,14 +230,12 @@ def _start(model, plan, opts, rng):
         plan.resume = state
         return
     for n in model.latent:
-        n.point = False  # a point mass publishes its prior expectations until first updated
-        n.set_natural(n.prior_natural())
-        n.fitted = False
+        # (a point mass publishes its prior expectations until first updated)
+        n.restore_snapshot((n.prior_natural(), False, False))
     for n in model.nodes:
         n.start(rng)  # declared hook (Node.start): a given start, Dot symmetry breaking
-    if plan.method.points == "nonconjugate":
-        for n in plan.points:   # the delta method from the first step: q's mean is the point
-            n.point = True
+    for n in plan.delta:   # the delta method from the first step: q's mean is the point
+        n.point = True
 
 
 def _fit_once(model, method, opts, seed, restart=0, start=None):
@@ -229,8 +251,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     for n in model.latent:
         n.point = n in plan.points and not method.laplace
         n.fitted = n.fitted or not method.stochastic
-    if hasattr(plan.rows, "finish"):  # rows on Dask: local posteriors stay on the workers
-        plan.rows.finish(model)
+    plan.rows.finish(model)     # (rows on Dask: the local posteriors stay on the workers)
     trace = run.trace
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),

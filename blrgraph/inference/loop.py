@@ -1,9 +1,10 @@
 """The scheduler loop: every method is this loop with the settings of its Method.
 
 Each iteration takes a view of the data (all rows, or a minibatch: the data seam,
-:mod:`blrgraph.inference.views`), fits the local block to the global nodes in it, then
-takes one BLR step of every global node with that view's messages, and evaluates the
-view's ELBO. Step sizes (:mod:`~blrgraph.inference.steps`), point masses
+:mod:`blrgraph.inference.views`), which fits the local block to the global nodes on its
+rows and reports their messages; the loop takes the one BLR step of every global node
+with them (:meth:`Run.step`, :func:`~blrgraph.inference.blr.blr_update`) and assembles
+the ELBO (:func:`~blrgraph.inference.elbo.view_elbo`). Step sizes (:mod:`~blrgraph.inference.steps`), point masses
 (:mod:`~blrgraph.inference.points`), starts (:mod:`~blrgraph.inference.starts`),
 convergence, saddle points (:mod:`~blrgraph.inference.saddles`), the callback and the
 progress bar live here once.
@@ -15,11 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .blr import blr_step
+from .blr import blr_step, blr_update, target_from
+from .elbo import view_elbo
 from .points import check_point
-from .saddles import split_tied, tied_components
+from .saddles import tied_components
 from .starts import Default, start_assignment
-from .steps import Backtracking, initial_rhos, robbins_monro
+from .steps import Backtracking, robbins_monro
 
 class ConvergenceWarning(UserWarning):
     """A fit stopped somewhere that is not an optimum (a symmetric saddle point)."""
@@ -31,9 +33,11 @@ MAX_KICKS = 5
 
 @dataclass
 class Plan:
-    """Everything a run needs, resolved from ``fit()``'s options (:mod:`.fit`)."""
+    """Everything a run needs, resolved from the Method and ``fit()``'s options by
+    :func:`~blrgraph.inference.fit.plan_run` (the one reader of a Method: the loop, the
+    views and the Dask backend read the plan)."""
 
-    method: object
+    name: str                         # the method's name (messages, the progress bar)
     structure: object
     block: object
     rows: object                      # batches.AllRows or batches.Minibatches
@@ -48,6 +52,13 @@ class Plan:
     resume: dict = None               # saved iteration state of a stochastic run
     used_starts: dict = None          # {assignment node: start actually used, after any
                                       # fallback}, for FitResult.start (also on Dask)
+    rhos: dict = None                 # {node: its initial rho} (steps.initial_rhos)
+    damped: list = ()                 # nodes whose steps are backtracked (NCVMP)
+    schedule: tuple = None            # (tau, kappa): the globals' Robbins-Monro rho_t
+    one_pass: bool = False            # the exact posterior in one step (conjugate)
+    updates: dict = None              # {node: "mean"} for gradient steps (Method.update)
+    warm_start: bool = True           # SVI's first full step and warmup (Method.warm_start)
+    delta: tuple = ()                 # point masses from the start (Method.points "nonconjugate")
     trace: list = field(default_factory=list)
 
 
@@ -56,16 +67,13 @@ class Run:
 
     def __init__(self, model, plan, rng):
         self.model, self.plan, self.rng = model, plan, rng
-        self.method = plan.method
-        self.rhos = initial_rhos(model, plan.method)
+        self.rhos = dict(plan.rhos)
         if plan.rho is not None:
             self.rhos = {n: float(plan.rho) for n in self.rhos}
-        self.backtrack = Backtracking(model, plan.method, self.rhos)
-        # gradient descent moves the delta-method nodes' means (Method.update); every
+        self.backtrack = Backtracking(model, plan.damped, self.rhos)
+        # gradient descent moves the delta-method nodes' means (Plan.updates); every
         # other node takes the BLR step of its natural parameters
-        self.updates = {n: (self.method.update if n in plan.points and
-                            self.method.points == "nonconjugate" else "natural")
-                        for n in model.schedule}
+        self.updates = dict(plan.updates or {})
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
@@ -81,19 +89,29 @@ class Run:
 
     def update_local(self, n):
         """A local node's step: rho = 1 (or the method's damping), unscaled messages."""
-        blr_step(self.model, n, self.rhos[n], iteration=self.it, update=self.updates[n])
+        blr_step(self.model, n, self.rhos[n], iteration=self.it,
+                 update=self.updates.get(n, "natural"))
         self._point(n)
 
     def update_globals(self, view, rho=None):
         for g in self.plan.structure.globals:
-            view.step(g, self.rhos[g] if rho is None else rho, self.it, update=self.updates[g])
+            self.step(g, view.messages(g), self.rhos[g] if rho is None else rho)
             self._point(g)
+
+    def step(self, node, messages, rho):
+        """The step of a global node: lam <- (1 - rho) lam + rho (lam0 + messages), where
+        ``messages`` is a view's report (its rows' scaled to stand for every row)."""
+        node.set_natural(blr_update(node, node.nat, target_from(node, messages), rho, self.it,
+                                    self.updates.get(node, "natural")))
+
+    def elbo(self, view):
+        return view_elbo(self.model, view)
 
     def global_rho(self):
         """Robbins-Monro rho_t for the globals of a stochastic method (None: per node)."""
-        if self.method.step != "robbins_monro" or self.plan.rho is not None:
+        if self.plan.schedule is None or self.plan.rho is not None:
             return None
-        return robbins_monro(self.it, self.method.tau, self.method.kappa)
+        return robbins_monro(self.it, *self.plan.schedule)
 
     # ---- one iteration -----------------------------------------------------------
     def begin(self, view):
@@ -101,13 +119,13 @@ class Run:
         step sees symmetry-breaking responsibilities); on a minibatch, one full step of
         the globals from them and ``warmup`` rounds of VMP on it."""
         for z, init in self.plan.starts.items():
-            rows = getattr(view, "idx", {}).get(z)
+            rows = view.idx.get(z)
             if isinstance(init, np.ndarray) and rows is not None:
                 init = init[rows]          # a minibatch: the rows of the given start
             used = start_assignment(self.model, z, self.rng, init)
             if isinstance(used, Default):   # a default's fallback (FitResult.start)
                 self.plan.used_starts[z] = used
-        if self.plan.rows.stochastic and self.method.warm_start:
+        if self.plan.rows.stochastic and self.plan.warm_start:
             self.update_globals(view, rho=1.0)
             for _ in range(self.plan.warmup):
                 view.fit_local(self.plan.block, self.update_local)
@@ -126,7 +144,7 @@ class Run:
             if self.it == self.plan.max_iter:
                 block.finish()
             self.local_sweeps.append(view.fit_local(block, self.update_local))
-            L = view.elbo()
+            L = self.elbo(view)
         return L
 
     def global_step(self, view, evaluate):
@@ -135,12 +153,12 @@ class Run:
         bt = self.backtrack
         prev = self.trace[-1] if self.trace else None
         if prev is None and bt.active and bt.monotone and evaluate:
-            prev = view.elbo()  # the first step must not lower the ELBO of the start either
+            prev = self.elbo(view)  # the first step must not lower the ELBO of the start either
         while True:
             bt.save()
             try:
                 self.update_globals(view, self.global_rho())
-                L = view.elbo() if evaluate else None
+                L = self.elbo(view) if evaluate else None
             except FloatingPointError as err:
                 if not bt.active:
                     raise
@@ -155,26 +173,25 @@ class Run:
         return len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1]) \
             and self.backtrack.settled()
 
-    def kick(self, view=None):
-        """At a symmetric saddle point (tied components carrying data): split them and
-        go on (through the view when it holds the rows elsewhere: Dask). Returns True
-        when the run should continue."""
+    def kick(self, view):
+        """At a symmetric saddle point (tied components carrying data, counted by the
+        view): split them on the view's rows and go on. Returns True when the run
+        should continue."""
         found = False
-        tied = getattr(view, "tied_components", None) or (lambda z: tied_components(self.model, z))
         for z in self.plan.structure.assignments:
-            groups = tied(z)
+            groups = tied_components(self.model, z, counts=lambda: view.counts(z))
             if groups and self.kicks < MAX_KICKS:
-                getattr(view, "split_tied", split_tied)(z, groups, self.rng)
+                view.split_tied(z, groups, self.rng)
                 found = True
             elif groups:
                 self.saddle = True
         if found:
             self.kicks += 1
-            warnings.warn(f"fit({self.method.name!r}) reached a symmetric saddle point (mixture "
+            warnings.warn(f"fit({self.plan.name!r}) reached a symmetric saddle point (mixture "
                           f"components with identical posteriors) at iteration {self.it}; "
                           f"splitting them at random and continuing", ConvergenceWarning, stacklevel=4)
         elif self.saddle:
-            warnings.warn(f"fit({self.method.name!r}) ended at a symmetric saddle point: mixture "
+            warnings.warn(f"fit({self.plan.name!r}) ended at a symmetric saddle point: mixture "
                           f"components with identical posteriors after {MAX_KICKS} random "
                           f"splits; it is not reported as converged. Try restarts= or fewer "
                           f"components", ConvergenceWarning, stacklevel=4)
@@ -187,19 +204,20 @@ class Run:
         try:
             return self._run()
         except FloatingPointError as err:
-            if self.method.update != "mean":
+            if "mean" not in self.updates.values():
                 raise
-            raise FloatingPointError(f"{err} (at iteration {self.it} of fit({self.method.name!r}): "
+            raise FloatingPointError(f"{err} (at iteration {self.it} of fit({self.plan.name!r}): "
                                      f"the gradient step overshot; lower rho)") from None
 
     def _run(self):
         plan, rows = self.plan, self.plan.rows
-        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.method.name)
+        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.plan.name)
         start = len(self.trace) if plan.resume is not None else 0
         try:
             for it in range(start + 1, plan.max_iter + 1):
                 self.it = it
                 view = rows.next_view(self.rng)
+                view.it = it
                 with view:
                     if it == 1:
                         self.begin(view)
@@ -214,7 +232,7 @@ class Run:
                     bar.set_postfix(elbo=f"{L:.6g}")
                 if plan.callback is not None and plan.callback(it, L):
                     return False
-                if self.method.one_pass:
+                if plan.one_pass:
                     return True
                 if not rows.stochastic and self.small_change() and not self.kick(view):
                     return not self.saddle

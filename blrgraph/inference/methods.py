@@ -2,9 +2,12 @@
 
 A :class:`Method` is the whole policy of a fit: the step size of every node (constant,
 damped with backtracking, Robbins-Monro), which nodes are point masses (none, the
-global ones, all of them), whether the data are visited in minibatches, which factors
-may send non-conjugate messages, and how mixture assignments start. The scheduler
-loop (:mod:`blrgraph.inference.loop`) reads these fields; it interprets no method by
+global ones, all of them), whether the data are visited in minibatches, and which factors
+may send non-conjugate messages. Only the planning of a fit reads these fields:
+:mod:`blrgraph.inference.fit` (``check_method``, ``plan_run``) and the helpers it calls
+(``options.parse_options``, ``steps.initial_rhos``, ``steps.damped_nodes``,
+``points.resolve_points``); the loop, the views and the Dask backend read the resulting
+:class:`~blrgraph.inference.loop.Plan`. Nothing interprets a method by
 name. A new method is one more entry of :data:`METHODS`.
 """
 from __future__ import annotations
@@ -43,8 +46,11 @@ class Method:
         start, and ``warmup`` rounds of VMP (SVI); off for gradient steps.
     stochastic : minibatches of the data axis with messages scaled by N/|B| (SVI).
     one_pass : the exact posterior in one step (conjugate Bayes).
-    init : default start of mixture assignments ("kmeans", "kmeans++", "random", "diffuse", "topics",
-        "documents").
+    tau, kappa : the Robbins-Monro schedule of "robbins_monro".
+    description : one line for people (the CLI's ``--method`` help, docs).
+
+    The starts of mixture assignments are not a method's setting: they follow the
+    model's structure (docs/scheduler.md, "Starts"; ``fit(init=...)``).
     """
 
     name: str
@@ -54,7 +60,6 @@ class Method:
     stochastic: bool = False
     nonconjugate: bool = False
     one_pass: bool = False
-    init: str = "kmeans"
     update: str = "natural"
     laplace: bool = False
     warm_start: bool = True

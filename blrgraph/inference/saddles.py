@@ -54,12 +54,12 @@ def component_counts(z):
 def tied_components(model, z, counts=None):
     """Groups (lists of component indices, each of length >= 2) of components of the
     mixtures selected by ``z`` that carry data and have equal parameters (``counts``:
-    :func:`component_counts`, when z's rows are elsewhere)."""
+    a function returning :func:`component_counts`, e.g. a view's report when z's rows
+    are elsewhere; called only when z selects component parameters)."""
     params = _component_params(model, z)
     if not params:
         return []
-    if counts is None:
-        counts = component_counts(z)
+    counts = component_counts(z) if counts is None else counts()
     F = np.concatenate([_flat_by_component(p, ax) for p, ax in params], axis=1)
     K = F.shape[0]
     scale = np.max(np.abs(F), axis=0) + 1e-300

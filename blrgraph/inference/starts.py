@@ -398,3 +398,145 @@ def _nearest(MX, MX2, M, C):
     """argmin_k sum_d M_nd (X_nd - C_kd)^2 for every row n."""
     d = MX2[:, None] - 2.0 * MX @ C.T + M @ (C * C).T
     return np.argmin(d, axis=1)
+
+
+# ---- starts of rows held elsewhere (Dask partitions, docs/scaling.md) -----------------
+#: rows read to the driver for the k-means start of rows held elsewhere
+KMEANS_SAMPLE = 4096
+
+
+def partition_starts(model, structure, starts, rng, used):
+    """{assignment name: start} for partitions of the rows held elsewhere: an array
+    (sliced per partition: :func:`slice_start`), ("random", concentration, seed) drawn
+    per partition (:func:`start_partition`), or ("kmeans", centres, scaling): k-means on
+    a sample of rows read to the driver, each partition's rows then assigned to the
+    nearest centre. A default start that falls back is recorded in ``used``."""
+    out = {}
+    for z, init in starts.items():
+        if isinstance(init, np.ndarray):
+            out[z.name] = init
+            continue
+        kind = str(init)
+        if kind in ("kmeans", "kmeans++"):
+            try:
+                out[z.name] = _sample_kmeans(model, structure, z, rng, lloyd=kind == "kmeans")
+                continue
+            except ValueError:
+                if not isinstance(init, Default):
+                    raise
+                kind = "random"
+                used[z] = Default(kind)  # FitResult.start
+        conc = DIFFUSE if kind == "diffuse" else 1.0
+        out[z.name] = ("random", conc, int(rng.integers(2 ** 63)))
+    return out
+
+
+def _sample_kmeans(model, structure, z, rng, lloyd):
+    """Centres of k-means (k-means++ seeds, then Lloyd's iterations) on
+    :data:`KMEANS_SAMPLE` rows drawn at random, with the standardisation of their
+    features."""
+    from .views import RowView
+    N, K = structure.N, z.nat[0].shape[-1]
+    rows = np.sort(rng.choice(N, min(N, KMEANS_SAMPLE), replace=False))
+    with RowView(model, structure, rows):
+        X, M, scale = partition_features(model, z)
+    w = (M.max(axis=1) > 0).astype(float)
+    if np.count_nonzero(w) < K:
+        raise ValueError(f"init='kmeans': {z.label()} has fewer than K={K} observed entries "
+                         f"in the sample; use init='random' or fewer components")
+    _, C = kmeans(X, M, w, K, rng, lloyd)
+    return ("kmeans", C, scale)
+
+
+def slice_start(start, lo, hi):
+    """A partition's share (rows lo..hi-1) of a start of :func:`partition_starts`."""
+    return ("array", start[lo:hi]) if isinstance(start, np.ndarray) else start
+
+
+def start_partition(model, z, start, p):
+    """Set assignments ``z`` (restricted to partition ``p``'s rows) to their share of
+    ``start``: ("array", r), ("kmeans", centres, scaling), ("random", conc, seed), or
+    ("nat", natural parameters) drawn on the driver (:func:`minibatch_starts`)."""
+    if start[0] == "nat":
+        z.set_natural((start[1],))
+        return
+    K = z.nat[0].shape[-1]
+    if start[0] == "array":
+        r = start[1]
+    elif start[0] == "kmeans":
+        X, M, _ = partition_features(model, z, start[2])
+        labels = _nearest(M * X, (M * X * X).sum(1), M, start[1])
+        r = np.zeros((X.shape[0], K))
+        r[np.arange(X.shape[0]), labels] = 1.0
+        r[M.max(axis=1) == 0] = 1.0 / K
+        r = r.reshape(tuple(z.plates) + (K,))
+    else:
+        _, conc, seed = start
+        r = np.random.default_rng([seed, p]).dirichlet(np.full(K, conc), size=z.plates)
+    z.set_natural((np.log(np.maximum(r, 1e-300)),))
+
+
+def partition_features(model, z, scale=None):
+    """(X, M, scale): the k-means features of z's entries (its observed mixture
+    children's first statistic, as :func:`assignment_features`), standardised with
+    ``scale`` ([(mean, sd)] per child; from these rows when None)."""
+    data = [c for c in model.children[z] if c.stochastic and c.observed
+            and c.factor.selector() is z]
+    if not data:
+        raise ValueError(f"init='kmeans': mixture assignment {z.label()} has no observed "
+                         f"Mixture child to seed from; use init='random'")
+    cols, masks, used = [], [], []
+    for j, y in enumerate(data):
+        X, M = _child_features(z, y)
+        if X is None:
+            raise ValueError(f"init='kmeans': {y.label()} has plates {y.plates}, which do not "
+                             f"extend the assignments' plates {z.plates}; use init='random'")
+        if scale is None:
+            cnt = M.sum(0)
+            mean = (X * M).sum(0) / np.maximum(cnt, 1)
+            sd = np.sqrt(((np.where(M > 0, X, mean) - mean) ** 2 * M).sum(0) / np.maximum(cnt, 1))
+        else:
+            mean, sd = scale[j]
+        X = np.where(M > 0, X, mean)
+        cols.append((X - mean) / np.where(sd > 0, sd, 1.0))
+        masks.append(M)
+        used.append((mean, sd))
+    return np.concatenate(cols, axis=1), np.concatenate(masks, axis=1), used
+
+
+class _Assignments:
+    """Stands for a mixture assignment restricted to a minibatch's entries while its
+    start is drawn on the driver (:func:`start_assignment` reads the plates and K, and
+    sets the natural parameters)."""
+
+    replicates = None
+
+    def __init__(self, z, n):
+        self.plates = (int(n),) + tuple(z.plates[1:])
+        self.nat = (np.zeros(self.plates + (z.nat[0].shape[-1],)),)
+
+    def set_natural(self, nat):
+        self.nat = tuple(nat)
+
+
+def minibatch_starts(model, structure, starts, rows, idx, rng, used):
+    """{assignment name: natural parameters of a minibatch's entries} drawn on the
+    driver as in memory (the same rng draws) for a minibatch of rows held elsewhere: a
+    random start needs the entries' count only; a k-means start reads the minibatch's
+    rows. A default start that falls back is recorded in ``used``."""
+    from .views import RowView
+    out = {}
+    for z, init in starts.items():
+        if isinstance(init, np.ndarray):
+            init = init[idx[z]]
+        if not isinstance(init, np.ndarray) and str(init) in ("kmeans", "kmeans++"):
+            with RowView(model, structure, rows):
+                got = start_assignment(model, z, rng, init)
+                out[z.name] = np.array(z.nat[0])
+        else:
+            stub = _Assignments(z, len(idx[z]))
+            got = start_assignment(model, stub, rng, init)
+            out[z.name] = np.asarray(stub.nat[0])
+        if isinstance(got, Default):
+            used[z] = got      # a fallback (FitResult.start)
+    return out

@@ -32,6 +32,14 @@ def initial_rhos(model, method):
     return {n: method.rho for n in model.schedule}
 
 
+def damped_nodes(model, method):
+    """The nodes whose steps are backtracked: under a "damped" step, those that receive a
+    non-conjugate message (:class:`Backtracking`)."""
+    if method.step != "damped":
+        return []
+    return [n for n in model.schedule if nonconjugate_child(model, n)]
+
+
 def robbins_monro(t, tau, kappa):
     """rho_t = (t + tau)^-kappa, t = 1, 2, ..."""
     return (t + tau) ** (-kappa)
@@ -57,10 +65,9 @@ class Backtracking:
     HALVINGS = 52
     MIN_FACTOR = 2.0 ** -HALVINGS
 
-    def __init__(self, model, method, rhos):
+    def __init__(self, model, nodes, rhos):
         self.model, self.rhos = model, rhos
-        self.nodes = [n for n in model.schedule if method.step == "damped" and
-                      nonconjugate_child(model, n)]
+        self.nodes = list(nodes)
         self.rho0 = {n: rhos[n] for n in self.nodes}
         self.active = bool(self.nodes)
         self.state = None
@@ -73,12 +80,11 @@ class Backtracking:
 
     def save(self):
         if self.active:
-            self.state = [(n, n.nat, n.point) for n in self.model.latent]
+            self.state = [(n, n.snapshot()) for n in self.model.latent]
 
     def _restore_and_halve(self):
-        for n, nat, point in self.state:
-            n.set_natural(nat)
-            n.point = point
+        for n, state in self.state:
+            n.restore_snapshot(state)
         for n in self.nodes:
             self.rhos[n] *= 0.5
         return all(self.rhos[n] >= self.MIN_FACTOR * self.rho0[n] for n in self.nodes)

@@ -1,37 +1,58 @@
 """The data seam: what the scheduler loop asks of "some of the data".
 
-A view answers three questions for the rows it holds: fit the local block to the
-current global nodes (:meth:`DataView.fit_local`), take a BLR step of a global node
-with this view's messages (:meth:`DataView.step`: lam0 + the sum of the messages from
-its rows, scaled to stand for the whole data), and this view's ELBO
-(:meth:`DataView.elbo`). Implementations:
+A view holds some rows of the data axis. Given the global nodes' current parameters it
+fits its local block (:meth:`DataView.fit_local`) and REPORTS; it never updates a global
+node. What it reports (docs/dev/architecture.md, "The seam"):
+
+* :meth:`DataView.messages`: for a global node, the sum of the messages of its children,
+  the rows' children scaled by :attr:`DataView.scale` (N / rows) to stand for every row;
+* :meth:`DataView.row_terms`: the sum of the ELBO terms of the nodes on its rows
+  (:attr:`DataView.on_rows`), unscaled;
+* :meth:`DataView.counts`: the (weighted) entries per component of a mixture's
+  assignments (the saddle-point check).
+
+The loop alone takes the step, lam <- (1 - rho) lam + rho (lam0 + messages)
+(:func:`~blrgraph.inference.blr.blr_update`), and the ELBO is assembled in one place
+(:func:`~blrgraph.inference.elbo.view_elbo`). Implementations:
 
 * :class:`WholeData`: every row in memory (the batch methods);
 * :class:`RowView`: the model restricted to some rows of the data axis, scaled by
   N / rows (an SVI minibatch, a block of a memory-mapped file or stream, or the active
   entries of a local block); the nodes restrict and restore themselves
-  (``Node.restrict`` / ``Node.restore``).
+  (``Node.restrict`` / ``Node.restore``);
+* :class:`~blrgraph.inference.dask_rows.DaskView`: partitions of the rows on Dask
+  workers, whose tasks send the same report.
 
-A partition of the rows on another process is one more implementation of the same
-three questions.
+In memory the messages are computed when the loop asks for them, so a global node's
+step reads the globals stepped before it in the sweep (as coordinate ascent does).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .blr import blr_step
-from .elbo import elbo
+from .blr import incoming
+from .saddles import component_counts, split_tied
 
 
 class DataView:
-    """Base class: the model seen through some rows of the data axis."""
+    """Base class: the model seen through some rows of the data axis. Subclasses hold
+    rows elsewhere by overriding the report (:meth:`messages`, :meth:`row_terms`,
+    :meth:`counts`) and the two things they do on their rows (:meth:`fit_local`,
+    :meth:`split_tied`)."""
 
+    #: the factor the rows' messages and ELBO terms are multiplied by
     scale = 1.0
+    #: the nodes whose messages and ELBO terms are the view's rows' (scaled); the other
+    #: nodes' terms are read in memory
+    on_rows = frozenset()
+    #: {node: the entries of its first axis that the view holds} (empty: every entry)
+    idx = {}
+    #: the loop's iteration (set by the loop before each sweep)
+    it = 0
 
     def __init__(self, model, structure):
         self.model = model
         self.structure = structure
-        self.restricted = frozenset()
 
     def __enter__(self):
         return self
@@ -41,29 +62,36 @@ class DataView:
 
     def scale_of(self, child):
         """The factor a child's message is multiplied by (N/|B| for restricted rows)."""
-        return self.scale if child in self.restricted else 1.0
+        return self.scale if child in self.on_rows else 1.0
 
-    def step(self, node, rho, iteration=None, update="natural"):
-        """One BLR step of ``node`` with this view's messages."""
-        scale = None if self.scale == 1.0 else self.scale_of
-        return blr_step(self.model, node, rho, iteration=iteration, scale=scale, update=update)
-
+    # ---- what a view does on its rows ----------------------------------------------
     def fit_local(self, block, update):
-        """Fit the local block to the global nodes on these rows; returns its sweeps."""
+        """Fit the local block to the global nodes on these rows (``update``: the local
+        step); returns its sweeps."""
         return block.fit(self, update)
 
-    def elbo(self):
-        """The ELBO of these rows (restricted rows' terms scaled to stand for all rows)."""
-        if self.scale == 1.0:
-            return elbo(self.model)
-        total = sum(self.scale * n.elbo_term() if n in self.restricted else n.elbo_term()
-                    for n in self.model.stochastic)
-        if not np.isfinite(total):
-            bad = [n.label() for n in self.model.stochastic if not np.isfinite(n.elbo_term())]
-            raise FloatingPointError(f"the minibatch ELBO is {total}: the terms of "
-                                     f"{', '.join(bad)} are not finite; check the data scale "
-                                     f"and the priors, or lower kappa's first steps (tau=)")
+    def split_tied(self, z, groups, rng):
+        """Share the responsibilities of tied components of ``z`` at random on these rows
+        (:func:`~blrgraph.inference.saddles.split_tied`)."""
+        split_tied(z, groups, rng)
+
+    # ---- what a view reports -------------------------------------------------------
+    def messages(self, node):
+        """The sum of the messages ``node`` receives (its rows' children scaled by
+        :attr:`scale`), in node's T coordinates; None when it receives none."""
+        return incoming(self.model, node, None if self.scale == 1.0 else self.scale_of)
+
+    def row_terms(self):
+        """The sum of the ELBO terms of the nodes in :attr:`on_rows`, unscaled."""
+        total = 0.0
+        for n in self.model.stochastic:
+            if n in self.on_rows:
+                total += n.elbo_term()
         return total
+
+    def counts(self, z):
+        """The (weighted) number of entries per component of assignments ``z``."""
+        return component_counts(z)
 
 
 class WholeData(DataView):
@@ -83,6 +111,7 @@ class RowView(DataView):
         self.keep = tuple(keep)
         self.idx, self.remap = structure.indices(self.rows)
         self.saved = {}
+        self.on_rows = frozenset()
 
     def __enter__(self):
         sliced = {}
@@ -98,7 +127,7 @@ class RowView(DataView):
         for n in self.structure.order:
             rows = self.idx[n]
             self.saved[n] = n.restrict(rows, cut, self.remap.get(n))
-        self.restricted = frozenset(self.idx)
+        self.on_rows = frozenset(self.idx)
         return self
 
     def __exit__(self, *exc):
