@@ -485,6 +485,9 @@ def save_for_predict(module, fit, path, options, spec, stdout):
     (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
     from blrgraph.saved import save_fit
     _check_predictable(module)
+    extra = getattr(module, "prediction_meta", None)
+    if callable(extra):        # what predict_table needs beyond the global posteriors
+        fit.model.meta.update(extra(fit))
     zoo = zoo_models()
     name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
         str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
