@@ -31,7 +31,8 @@ A row with no observed cell is masked out of the fit (it integrates out exactly)
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
     gmm.summarize(fit)                 # one row per (component, column)
     gmm.predict_proba(fit, new_rows)   # (M, K) cluster probabilities
-    gmm.predict(fit, new_rows)         # table: cluster, p0..pK-1, imputed missing cells
+    gmm.predict(fit, new_rows)         # (M,) the most probable cluster of each row
+    gmm.predict_table(fit, new_rows)   # table: cluster, p0..pK-1, imputed missing cells
     gmm.impute(fit, new_rows)          # predictive mean and sd of every cell
 
 Many rows (or rows in a memory-mapped file): stochastic VI on minibatches of
@@ -245,7 +246,11 @@ def predict_table(fit, data):
     return out
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable cluster of each new row (argmax of :func:`predict_proba`;
+    every zoo model's ``predict`` is its one-value-per-row prediction, docs/predict.md,
+    "What predict means")."""
+    return predict_proba(fit, data).argmax(axis=1)
 
 
 def _as_matrix(X_new, columns):

@@ -271,6 +271,12 @@ def predict_table(fit, data):
     return df
 
 
+def predict(fit, data):
+    """(M,) the Viterbi state of each new row (the most probable path of its sequence,
+    :func:`predict_table`; docs/predict.md, "What predict means")."""
+    return predict_table(fit, data)["state"].to_numpy()
+
+
 def summarize(fit):
     """One row per (state, column): E[pi_k] (initial), E[A_kk] (stay), n (expected steps in
     the state), the posterior mean of the state's mean and the state's sd."""

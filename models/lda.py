@@ -281,7 +281,10 @@ def predict_table(fit, data):
     return df
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable topic of each new document (argmax of :func:`transform`;
+    docs/predict.md, "What predict means")."""
+    return transform(fit, data).argmax(axis=1)
 
 
 def topic_words(fit, n_words=10):

@@ -30,7 +30,8 @@ linear map of the Gaussian posterior); the summary's prior_precision is on the f
     model = linreg.build(df, target="price", columns=["area", "rooms"])
     fit = model.fit("vmp", **model.meta["fit_options"])
     linreg.summarize(fit)                      # one row per weight, plus the noise
-    mean, var = linreg.predict(fit, new_rows)  # posterior predictive
+    linreg.predict(fit, new_rows)              # (M,) predictive means
+    mean, var = linreg.predictive_moments(fit, new_rows)   # posterior predictive
     linreg.predict_table(fit, new_rows)        # mean, sd and 95% predictive interval per row
 """
 from __future__ import annotations
@@ -71,13 +72,19 @@ def _noise_variance(model):
     return p["rate"] / (p["shape"] - 1.0)
 
 
-def predict(fit, X_new):
+def predictive_moments(fit, X_new):
     """Posterior predictive mean and variance of y for new rows (a DataFrame with
     the predictor columns, or an array without the intercept column):
     E[y] = x.m,  Var[y] = x^T S x + E[1/tau]   (under q(w) q(tau))."""
     model = io.fitted_model(fit, NAME)
     mean, var = io.linear_predictor(model, X_new)
     return mean, var + _noise_variance(model)
+
+
+def predict(fit, X_new):
+    """(M,) the predictive mean E[y | x, data] = x.m of each new row (docs/predict.md,
+    "What predict means"; :func:`predictive_moments` adds the variance)."""
+    return predictive_moments(fit, X_new)[0]
 
 
 def log_predictive(fit, data):
@@ -159,7 +166,7 @@ def predict_table(fit, data, level=0.95):
     model = io.fitted_model(fit, NAME)
     if isinstance(data, str) or hasattr(data, "__fspath__"):
         data = io.read_table(data)
-    mean, var = predict(model, data)
+    mean, var = predictive_moments(model, data)
     lo, hi = predictive_interval(model, data, level)
     lo_name, hi_name = io.interval_names(level)
     return pd.DataFrame({"mean": mean, "sd": np.sqrt(var), lo_name: lo, hi_name: hi})
@@ -189,7 +196,7 @@ def write_outputs(fit, out_dir):
     mean when there are several), with the observed targets."""
     from pathlib import Path
     model = io.fitted_model(fit, NAME)
-    mean, var = io.training_predictions(model, predict)
+    mean, var = io.training_predictions(model, predictive_moments)
     out = [io.write_predictions(model, out_dir, predicted_mean=mean, predicted_sd=np.sqrt(var))]
     from blrgraph import plotting
     recipe = model.meta["design"]

@@ -230,6 +230,12 @@ def predict_table(fit, data):
                          "level_sd": np.sqrt(out["level_var"])})
 
 
+def predict(fit, data):
+    """(M,) the one-step-ahead predictive mean of each new time step (:func:`predict_table`;
+    docs/predict.md, "What predict means")."""
+    return predict_table(fit, data)["mean"].to_numpy()
+
+
 def write_outputs(fit, out_dir):
     """states.csv: the smoothed level (and slope) with its sd per time step."""
     from pathlib import Path

@@ -87,7 +87,13 @@ def predict_proba(fit, X_new):
     return expit(m[:, None] + np.sqrt(2.0 * v)[:, None] * t) @ wt / np.sqrt(np.pi)
 
 
-predict = predict_proba
+def predict(fit, X_new):
+    """(M,) the more probable class of each new row (P(y = 1) > 1/2; a two-level text
+    target gives its levels; docs/predict.md, "What predict means")."""
+    p = predict_proba(fit, X_new)
+    levels = io.fitted_model(fit, NAME).meta["design"].get("target_levels")
+    cls = (p > 0.5).astype(int)
+    return np.asarray(levels, dtype=object)[cls] if levels else cls
 
 
 def log_predictive(fit, data):

@@ -164,6 +164,14 @@ def _new_scores(model, Z, obs):
     return np.einsum("nkl,nl->nk", cov, rhs), cov
 
 
+def transform(fit, data):
+    """(M, K) the posterior mean scores of new rows given their observed cells (as
+    scikit-learn's ``transform``; PCA has no ``predict``: docs/predict.md, "What predict
+    means")."""
+    model = io.fitted_model(fit, NAME)
+    return _new_scores(model, *_new_rows(model, data))[0]
+
+
 def predict_table(fit, data):
     """One row per new row: the posterior mean scores ``pc0..pcK-1`` given its observed
     cells (loadings, offsets and noise fixed at the fit) and, for columns with missing

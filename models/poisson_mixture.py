@@ -84,7 +84,10 @@ def _log_joint(model, data):
     return np.log(io.mixture_weights(model))[None, :] + np.where(obs[:, :, None], ll, 0.0).sum(axis=1)
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable component of each new row (the argmax of :func:`predict_table`'s
+    probabilities; docs/predict.md, "What predict means")."""
+    return _log_joint(io.fitted_model(fit, NAME), data).argmax(axis=1)
 
 
 def summarize(fit):

@@ -82,7 +82,10 @@ def predict_rate(fit, X_new):
     return np.exp(m + 0.5 * v)
 
 
-predict = predict_rate
+def predict(fit, X_new):
+    """(M,) the expected count E[y | x, data] of each new row (:func:`predict_rate`;
+    docs/predict.md, "What predict means")."""
+    return predict_rate(fit, X_new)
 
 
 def log_predictive(fit, data, nodes=64):
