@@ -25,6 +25,7 @@ data's, beta0 = 0.01. Sequences are padded to the longest and the padding masked
     import hmm
     model = hmm.build(df, k=3, sequence_column="id")
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    # EM: fit = model.fit("em", seed=0, **model.meta["fit_options_by_method"]["em"])
     hmm.summarize(fit)        # one row per (state, column)
     hmm.transitions(fit)      # (K, K) E[A]
     hmm.states(fit)           # per row: the Viterbi state and the state probabilities
@@ -127,9 +128,15 @@ def build(data, k=3, sequence_column=None, columns=None, covariance="diag", alph
 
     model = bg.Model(x)
     fit_options = {"max_iter": 1000, "tol": 1e-8, "init": "kmeans++"}
+    # fit("em"): point masses for the transitions and the emissions; the initial-state
+    # probabilities keep their Dirichlet q. Each sequence gives one initial state, so with
+    # few sequences (one: the whole table) their MAP is a vertex of the simplex, where a
+    # point mass has log p = -inf (the EM would stop at "reached the boundary")
+    em_options = {**fit_options, "point": ["transition", "theta"]}
     model.meta = {"zoo": NAME, "table": table, "columns": table.numeric, "k": k,
                   "covariance": covariance, "sequence": seq, "step": step, "labels": labels,
-                  "sequence_column": sequence_column, "fit_options": fit_options}
+                  "sequence_column": sequence_column, "fit_options": fit_options,
+                  "fit_options_by_method": {"em": em_options}}
     return model
 
 
