@@ -1,0 +1,87 @@
+"""Frictions of a newcomer's day (issue 27): `--exclude COL`, the HMM's EM on one
+sequence, wide tables plotted on standardised principal components, and the README's
+claims about what a seed gives (recomputed here, so they cannot go stale)."""
+import io as _io
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from blrgraph import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*argv):
+    out, err = _io.StringIO(), _io.StringIO()
+    code = cli.main([str(a) for a in argv], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_exclude_drops_columns_and_refuses_unknown_or_used_names(tmp_path):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=40), "b": rng.normal(size=40),
+                       "id": np.arange(40), "note": ["x"] * 40})
+    df["y"] = 2 * df.a + rng.normal(0, 0.1, 40)
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    code, out, err = run("fit", "linreg", path, "--target", "y", "--exclude", "id",
+                         "--exclude", "note,b", "--no-plots", "--out", tmp_path / "o")
+    assert code == 0, err
+    terms = pd.read_csv(tmp_path / "o" / "summary.csv")["term"].tolist()
+    assert terms[:2] == ["intercept", "a"] and not any(t in terms for t in ("b", "id", "note"))
+    code, _, err = run("fit", "linreg", path, "--target", "y", "--exclude", "zz", "--no-plots",
+                       "--out", tmp_path / "o")
+    assert code == 1 and "--exclude: no column 'zz'" in err and "a, b, id, note, y" in err
+    code, _, err = run("fit", "linreg", path, "--target", "y", "--exclude", "y", "--no-plots",
+                       "--out", tmp_path / "o")
+    assert code == 1 and "--target names it too" in err
+    code, _, err = run("fit", "gmm", path, "--columns", "a", "b", "--exclude", "b", "--no-plots",
+                       "--out", tmp_path / "o")
+    assert code == 1 and "--columns names it too" in err
+
+
+def test_hmm_em_on_one_sequence_with_the_default_prior(tmp_path):
+    """`blrgraph fit hmm one.csv --method em`: one sequence, default prior. The EM keeps
+    a Dirichlet q for the initial state (one draw of it) and finds the two regimes."""
+    rng = np.random.default_rng(0)
+    z = np.zeros(200, dtype=int)
+    for t in range(1, 200):
+        z[t] = z[t - 1] if rng.random() < 0.95 else 1 - z[t - 1]
+    path = tmp_path / "one.csv"
+    pd.DataFrame({"a": rng.normal(3.0 * z, 1.0), "b": rng.normal(-z, 1.0)}).to_csv(path, index=False)
+    code, out, err = run("fit", "hmm", path, "--k", "2", "--method", "em", "--no-plots",
+                         "--out", tmp_path / "o")
+    assert code == 0, err
+    summary = pd.read_csv(tmp_path / "o" / "summary.csv")
+    means = np.sort(summary[summary.variable == "a"]["mean"].to_numpy())
+    np.testing.assert_allclose(means, [0.0, 3.0], atol=0.35)
+    states = pd.read_csv(tmp_path / "o" / "states.csv")["state"].to_numpy()
+    agree = np.mean(states == z)
+    assert max(agree, 1 - agree) > 0.95
+
+
+def test_wide_tables_are_drawn_on_standardised_principal_components(tmp_path):
+    pytest.importorskip("matplotlib")
+    from blrgraph import plotting
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 13)) @ rng.normal(size=(13, 13))
+    cols = [f"c{j}" for j in range(13)]
+    scores, A, shift, labels = plotting.principal_axes(X, cols)
+    # standardised: the units of a column do not change the picture
+    Y = X.copy()
+    Y[:, 4] *= 1e6
+    scores2, _, _, labels2 = plotting.principal_axes(Y, cols)
+    np.testing.assert_allclose(scores2, scores, rtol=1e-9, atol=1e-9)
+    assert labels2 == labels
+    # the scores are the standardised table's principal components (unit-norm loadings)
+    Z = (X - X.mean(0)) / X.std(0)
+    w, V = np.linalg.eigh(Z.T @ Z)
+    np.testing.assert_allclose(np.abs(scores), np.abs(Z @ V[:, ::-1][:, :2]), atol=1e-9)
+    share = w[::-1] / w.sum()
+    assert re.match(rf"PC1 \({100 * share[0]:.0f}% of variance\) = -?\d\.\d\d c\d+ [+-] ", labels[0])
+    path = plotting.plot_clusters(X, np.eye(2)[np.arange(120) % 2], tmp_path / "wide.png",
+                                  columns=cols)
+    assert path.stat().st_size > 10_000
