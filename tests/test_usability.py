@@ -85,3 +85,25 @@ def test_wide_tables_are_drawn_on_standardised_principal_components(tmp_path):
     path = plotting.plot_clusters(X, np.eye(2)[np.arange(120) % 2], tmp_path / "wide.png",
                                   columns=cols)
     assert path.stat().st_size > 10_000
+
+
+def test_readme_seed_sentences_agree_with_its_seed_table():
+    """The README's seed table is run by tests/test_docs.py (so it is today's); the
+    sentences after it must name the seeds and ELBOs of that table."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("for seed in range(6):"):]
+    table = table[table.index("```output") + len("```output"):]
+    table = table[:table.index("```")]
+    rows = [line.split()[:2] for line in table.strip().splitlines()]
+    elbo = {int(seed): value.replace("-", "−") for seed, value in rows}
+    prose = text[text.index("Seeds 0, 2"):text.index("checks that these sentences")]
+    best = elbo[2]                                         # the demo's seed
+    same = [s for s in sorted(elbo) if elbo[s] == best]
+    assert prose.startswith("Seeds " + ", ".join(map(str, same[:-1])) + f" and {same[-1]} reach the "
+                            f"optimum above (ELBO {best})")
+    others = [s for s in sorted(elbo) if elbo[s] != best]
+    for s in others:
+        assert f"Seed {s} reaches" in prose or f"seed {s} reaches" in prose
+        assert elbo[s] in prose
+    # and the demo's own output block (run by test_docs) shows that optimum
+    assert f"ELBO: {best.replace('−', '-')}" in text
