@@ -107,3 +107,51 @@ def test_readme_seed_sentences_agree_with_its_seed_table():
         assert elbo[s] in prose
     # and the demo's own output block (run by test_docs) shows that optimum
     assert f"ELBO: {best.replace('−', '-')}" in text
+
+
+def test_model_draw_writes_a_picture_with_shaded_observed_nodes_and_plate_boxes(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+
+    from blrgraph import drawing, io
+    from blrgraph.zoo import gmm, pca
+    model = gmm.build(io.load_example(), k=3, columns=["sepal_length", "sepal_width"])
+    path = tmp_path / "gmm.png"
+    fig = model.draw(path, engine="matplotlib")
+    assert path.stat().st_size > 5_000
+    patches = {a.get_gid(): a for a in fig.axes[0].patches}
+    assert to_rgba(patches["node:x"].get_facecolor()) == to_rgba(drawing.OBSERVED_FILL)
+    for latent in ("z", "theta", "weights"):
+        assert to_rgba(patches[f"node:{latent}"].get_facecolor()) == to_rgba("white")
+    assert {g for g in patches if g.startswith("plate:")} == {"plate:3", "plate:150"}
+    assert {g for g in patches if g.startswith("edge:")} == {
+        "edge:weights->z", "edge:theta->x", "edge:z->x"}
+
+    def inside(node, plate):
+        (x, y), box = patches[f"node:{node}"].center, patches[f"plate:{plate}"]
+        return box.get_x() < x < box.get_x() + box.get_width() and \
+            box.get_y() < y < box.get_y() + box.get_height()
+
+    assert inside("z", 150) and inside("x", 150) and inside("theta", 3)
+    assert not inside("theta", 150) and not inside("weights", 3) and not inside("z", 3)
+    # crossing plates (PCA: rows x columns): y is in both boxes, W only in the columns'
+    rng = np.random.default_rng(0)
+    model = pca.build(rng.normal(size=(20, 4)), k=2)
+    patches = {a.get_gid(): a for a in model.draw(engine="matplotlib").axes[0].patches}
+    assert inside("y", 20) and inside("y", 4) and inside("W", 4) and not inside("W", 20)
+    assert type(patches["node:dot(W,x)"]).__name__ == "RegularPolygon"    # deterministic
+    # the Graphviz source: a cluster per set of plates, the observed node filled
+    dot = drawing.to_dot(model)
+    assert 'label="20 x 4"' in dot and '"y" [label="y\\nNormal", shape="ellipse", style="filled"' in dot
+    assert dot.count(" -> ") == model.graph.number_of_edges()
+
+
+def test_model_draw_with_graphviz_names_what_it_needs(tmp_path, monkeypatch):
+    from blrgraph import drawing
+    from blrgraph.zoo import gmm
+    model = gmm.build(np.random.default_rng(0).normal(size=(30, 2)), k=2)
+    monkeypatch.setattr(drawing.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="needs the Graphviz program 'dot'"):
+        model.draw(tmp_path / "m.png", engine="graphviz")
+    with pytest.raises(ValueError, match="engine must be"):
+        model.draw(engine="dot")
