@@ -20,6 +20,10 @@ $(VENV)/.test: $(VENV)/bin/activate setup.cfg
 
 demo: $(VENV)/.demo
 	$(VENV)/bin/blrgraph demo --out demo-output
+	@echo
+	@echo "blrgraph is installed in $(VENV). To use the blrgraph command (and import blrgraph):"
+	@echo "    source $(VENV)/bin/activate"
+	@echo "or call $(VENV)/bin/blrgraph and $(VENV)/bin/python directly."
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q -n 2 tests

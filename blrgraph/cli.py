@@ -485,6 +485,8 @@ def cmd_fit(args, stdout, stderr):
         raise CLIError(f"data file '{args.data}' not found")
     from blrgraph import io
     table = io.read_table(data)   # build() gets a DataFrame; df.attrs["source"] names the file
+    if args.exclude:
+        table = exclude_columns(table, args.exclude, given)
     if getattr(args, "save", None):
         _check_predictable(module)            # before the (possibly long) fit
     fit, _ = run(module, table, options, method=args.method, seed=args.seed,
@@ -496,12 +498,36 @@ def cmd_fit(args, stdout, stderr):
     return 0
 
 
+def exclude_columns(table, exclude, given):
+    """``--exclude COL`` (repeatable, or comma separated): the table without those
+    columns. An unknown name, or one that --columns, --target or --sequence-column
+    also names, is refused."""
+    from blrgraph import io
+    names = [c for text in exclude for c in io.parse_columns(text)]
+    unknown = [c for c in names if c not in table.columns]
+    if unknown:
+        raise CLIError(f"--exclude: no column {unknown[0]!r} in the table; columns: "
+                       f"{', '.join(map(str, table.columns))}")
+    used = {"--columns": io.parse_columns(given.get("columns")) or [],
+            "--target": [given.get("target")], "--sequence-column": [given.get("sequence_column")]}
+    for flag, cols in used.items():
+        both = [c for c in names if c in cols]
+        if both:
+            raise CLIError(f"--exclude {both[0]!r}: {flag} names it too; leave it out of one of them")
+    out = table.drop(columns=names)
+    out.attrs.update(table.attrs)
+    return out
+
+
 # ---- saved fits and predictions on new rows (docs/predict.md) -------------------------------
 def save_for_predict(module, fit, path, options, spec, stdout):
     """``fit --save FIT.npz``: the global posteriors and the model's plain settings
     (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
     from blrgraph.saved import save_fit
     _check_predictable(module)
+    extra = getattr(module, "prediction_meta", None)
+    if callable(extra):        # what predict_table needs beyond the global posteriors
+        fit.model.meta.update(extra(fit))
     zoo = zoo_models()
     name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
         str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
@@ -657,6 +683,8 @@ def make_parser():
     f.add_argument("data", metavar="DATA.csv", help="CSV file; first line = column names, empty = missing")
     f.add_argument("--columns", nargs="+", metavar="COL",
                    help="columns to use (names, space or comma separated; default: all)")
+    f.add_argument("--exclude", action="append", metavar="COL",
+                   help="leave column COL out (repeatable; names may be comma separated)")
     f.add_argument("--k", type=int, help="number of components / classes / topics")
     f.add_argument("--target", help="response column (linreg, logreg, poisson_reg)")
     f.add_argument("--sequence-column", metavar="COL",

@@ -24,6 +24,15 @@ class Model(FactorGraph):
                 if n.stochastic:
                     n.release()
 
+    def draw(self, path=None, engine=None):
+        """The model as a picture: variables as circles (observed ones shaded),
+        deterministic nodes as diamonds, plates as boxes labelled with their size. Returns
+        the matplotlib Figure (written to ``path`` if given), or with Graphviz (``engine=
+        "graphviz"``, the default when ``dot`` is installed and a path is given) the path
+        written. See :mod:`blrgraph.drawing` and docs/api.md, "Drawing a model"."""
+        from .drawing import draw
+        return draw(self, path, engine)
+
     def save(self, path):
         """Write every latent node's posterior (natural parameters) and the fit state
         (SVI step counter, RNG state) to ``path`` (.npz with JSON metadata, no pickle)."""

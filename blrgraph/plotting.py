@@ -105,7 +105,9 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
     probable cluster (``resp``: (N, K) probabilities; faint = uncertain), with the
     cluster means (K, D) marked and, given ``covariances`` (K, D, D), each cluster's
     1- and 2-sd ellipse in every panel. D = 1: a strip plot; D <= 4: every pair of
-    columns (at most ``max_pairs`` panels); larger D: the first two principal components."""
+    columns (at most ``max_pairs`` panels); larger D: one panel on the first two principal
+    components of the standardised columns, each axis labelled with its share of the
+    variance and its largest loadings (:func:`principal_axes`)."""
     X = np.asarray(X, dtype=float)
     resp = np.asarray(resp, dtype=float)
     N, D = X.shape
@@ -122,18 +124,15 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
     elif D <= 4:
         pairs = [(i, j) for i in range(D) for j in range(i + 1, D)][:max_pairs]
     else:
-        filled = np.where(np.isfinite(X), X, np.nanmean(X, axis=0))
-        mu = filled.mean(axis=0)
-        _, _, vt = np.linalg.svd(filled - mu, full_matrices=False)
-        X = (filled - mu) @ vt[:2].T
-        means = None if means is None else (means - mu) @ vt[:2].T
+        X, A, shift, columns = principal_axes(X, columns)
+        means = None if means is None else (means - shift) @ A.T
         if covariances is not None:
-            covariances = vt[:2] @ np.asarray(covariances, dtype=float) @ vt[:2].T
-        columns = ["principal component 1", "principal component 2"]
+            covariances = A @ np.asarray(covariances, dtype=float) @ A.T
         pairs = [(0, 1)]
     ncol = min(3, len(pairs))
     nrow = int(np.ceil(len(pairs) / ncol))
-    fig = _figure(4.2 * ncol, 3.8 * nrow)
+    wide = D > 4
+    fig = _figure(6.5, 5.6) if wide else _figure(4.2 * ncol, 3.8 * nrow)
     colors = [f"C{k % 10}" for k in range(K)]
     for p, (i, j) in enumerate(pairs):
         ax = fig.add_subplot(nrow, ncol, p + 1)
@@ -155,18 +154,46 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
                 for k in range(K):
                     if np.all(np.isfinite(C[k][np.ix_([i, j], [i, j])])):
                         _ellipse(ax, means[k, [i, j]], C[k][np.ix_([i, j], [i, j])], colors[k])
-        ax.set_xlabel(columns[i])
-        ax.set_ylabel(columns[j])
+        ax.set_xlabel(_wrap(columns[i], 90) if wide else columns[i], fontsize=8 if wide else None)
+        ax.set_ylabel(_wrap(columns[j], 50) if wide else columns[j], fontsize=8 if wide else None)
         ax.grid(alpha=0.3)
         if p == 0:
             ax.legend(fontsize=7, loc="best")
     note = "X = cluster mean, ring = probability < 0.8" + (
         ", ellipses = 1 and 2 sd" if covariances is not None and D > 1 else "")
-    width = int(4.2 * ncol * 72 / (10 * 0.6))          # characters of 10 pt text across the figure
+    width = int((6.5 if wide else 4.2 * ncol) * 72 / (10 * 0.6))          # characters of 10 pt text across the figure
     text = "\n".join(_wrap(t, width) for t in ((title, note) if title else (note,)))
     fig.suptitle(text, fontsize=10)
     fig.tight_layout()                                   # (it makes room for the suptitle)
     return _save(fig, path)
+
+
+def principal_axes(X, columns, n=2, terms=3):
+    """Scores of the rows of ``X`` (N, D; NaN = missing, filled with the column mean) on
+    the first ``n`` principal components of the *standardised* columns (each centred and
+    divided by its sd, so a column's units do not decide the picture), with axis labels
+    that say what each component is: its share of the variance and its ``terms`` largest
+    loadings, e.g. "PC1 (62% of variance) = 0.58 petal_length + 0.57 petal_width - 0.27 ...".
+    Returns (scores (N, n), A (n, D), shift (D,), labels) with scores = (X - shift) @ A.T."""
+    X = np.asarray(X, dtype=float)
+    columns = list(columns)
+    mean = np.nanmean(X, axis=0)
+    sd = np.nanstd(X, axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    Z = (np.where(np.isfinite(X), X, mean) - mean) / sd
+    _, sv, vt = np.linalg.svd(Z, full_matrices=False)
+    vt = vt[:n] * np.where(vt[:n].sum(axis=1, keepdims=True) < 0, -1.0, 1.0)   # a fixed sign
+    share = sv ** 2 / max(np.sum(sv ** 2), 1e-300)
+    labels = []
+    for c in range(n):
+        top = np.argsort(-np.abs(vt[c]))[:terms]
+        parts = "".join(f"{' - ' if vt[c, j] < 0 else ' + '}{abs(vt[c, j]):.2f} {columns[j]}"
+                        for j in top).strip()
+        parts = parts[2:] if parts.startswith("+ ") else "-" + parts[2:]
+        labels.append(f"PC{c + 1} ({100 * share[c]:.0f}% of variance) = {parts}"
+                      + (" ..." if len(columns) > terms else ""))
+    A = vt / sd
+    return (np.where(np.isfinite(X), X, mean) - mean) @ A.T, A, mean, labels
 
 
 def plot_predictive_band(x, mean, lower, upper, path, y=None, x_label="x", y_label="y",

@@ -31,7 +31,8 @@ A row with no observed cell is masked out of the fit (it integrates out exactly)
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
     gmm.summarize(fit)                 # one row per (component, column)
     gmm.predict_proba(fit, new_rows)   # (M, K) cluster probabilities
-    gmm.predict(fit, new_rows)         # table: cluster, p0..pK-1, imputed missing cells
+    gmm.predict(fit, new_rows)         # (M,) the most probable cluster of each row
+    gmm.predict_table(fit, new_rows)   # table: cluster, p0..pK-1, imputed missing cells
     gmm.impute(fit, new_rows)          # predictive mean and sd of every cell
 
 Many rows (or rows in a memory-mapped file): stochastic VI on minibatches of
@@ -148,7 +149,20 @@ def predict_proba(fit, X_new):
     """(M, K) probabilities of each component for new rows (a DataFrame with the
     model's columns, or an (M, D) array; NaN cells are marginalised out):
     p(z = k | x) proportional to E[w_k] St(x | component k's posterior predictive)."""
-    model = io.fitted_model(fit, NAME)
+    logp = _log_joint(io.fitted_model(fit, NAME), X_new)
+    return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new row (a DataFrame, CSV path or (M, D) array; NaN
+    cells are marginalised out): log p(x_row | training data) = log sum_k E[w_k]
+    St(x_row | component k's posterior predictive), the exact posterior predictive under
+    q (docs/predict.md, "Held-out scores of the zoo"). A row with no observed cell scores 0."""
+    return logsumexp(_log_joint(io.fitted_model(fit, NAME), data), axis=1)
+
+
+def _log_joint(model, X_new):
+    """(M, K) log E[w_k] + log St(x_row observed cells | component k)."""
     meta = model.meta
     X = _as_matrix(X_new, meta["columns"])
     comp = components(model)
@@ -171,7 +185,7 @@ def predict_proba(fit, X_new):
             lp = (stats.norm.logpdf(X, loc=loc[k], scale=np.sqrt(scale2[k])) if np.all(np.isinf(df[k]))
                   else stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(scale2[k])))
             logp[:, k] += np.where(obs, lp, 0.0).sum(axis=1)
-    return np.exp(logp - logsumexp(logp, axis=1, keepdims=True))
+    return logp
 
 
 def _predictive(model, n_rows):
@@ -232,7 +246,11 @@ def predict_table(fit, data):
     return out
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable cluster of each new row (argmax of :func:`predict_proba`;
+    every zoo model's ``predict`` is its one-value-per-row prediction, docs/predict.md,
+    "What predict means")."""
+    return predict_proba(fit, data).argmax(axis=1)
 
 
 def _as_matrix(X_new, columns):

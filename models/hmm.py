@@ -25,6 +25,7 @@ data's, beta0 = 0.01. Sequences are padded to the longest and the padding masked
     import hmm
     model = hmm.build(df, k=3, sequence_column="id")
     fit = model.fit("vmp", seed=0, **model.meta["fit_options"])
+    # EM: fit = model.fit("em", seed=0, **model.meta["fit_options_by_method"]["em"])
     hmm.summarize(fit)        # one row per (state, column)
     hmm.transitions(fit)      # (K, K) E[A]
     hmm.states(fit)           # per row: the Viterbi state and the state probabilities
@@ -127,9 +128,15 @@ def build(data, k=3, sequence_column=None, columns=None, covariance="diag", alph
 
     model = bg.Model(x)
     fit_options = {"max_iter": 1000, "tol": 1e-8, "init": "kmeans++"}
+    # fit("em"): point masses for the transitions and the emissions; the initial-state
+    # probabilities keep their Dirichlet q. Each sequence gives one initial state, so with
+    # few sequences (one: the whole table) their MAP is a vertex of the simplex, where a
+    # point mass has log p = -inf (the EM would stop at "reached the boundary")
+    em_options = {**fit_options, "point": ["transition", "theta"]}
     model.meta = {"zoo": NAME, "table": table, "columns": table.numeric, "k": k,
                   "covariance": covariance, "sequence": seq, "step": step, "labels": labels,
-                  "sequence_column": sequence_column, "fit_options": fit_options}
+                  "sequence_column": sequence_column, "fit_options": fit_options,
+                  "fit_options_by_method": {"em": em_options}}
     return model
 
 
@@ -168,6 +175,113 @@ def states(fit):
     df.insert(0, "step", step)
     df.insert(0, "sequence", [meta["labels"][s] for s in seq])
     return df
+
+
+def _elog_dirichlet(model, name):
+    """E[log p] under q of a Dirichlet node (log of the point for a point mass)."""
+    from scipy.special import digamma
+    post = model[name].posterior
+    if post.is_point:
+        with np.errstate(divide="ignore"):
+            return np.log(np.asarray(post.point, dtype=float))
+    a = post.params["alpha"]
+    return digamma(a) - digamma(a.sum(axis=-1, keepdims=True))
+
+
+def _emission_loglik(model, Xs, Ms):
+    """(S, T, K) E_q[log p(x_st | state k)] summed over the observed cells (diag) or of
+    the complete steps (full); 0 where nothing is observed."""
+    from scipy.special import digamma
+    post = model["theta"].posterior
+    D = Xs.shape[-1]
+    if model.meta["covariance"] == "full":
+        complete = Ms.all(axis=2)
+        Xc = np.where(Ms, Xs, 0.0)
+        if post.is_point:
+            mu, L = post.point
+            elogdet = np.linalg.slogdet(L)[1]
+            dx = Xc[:, :, None, :] - mu
+            quad = np.einsum("stkd,kde,stke->stk", dx, L, dx)
+        else:
+            p = post.params
+            mu, beta, nu, W = p["mean"], p["beta"], p["dof"], p["scale"]
+            elogdet = (digamma(0.5 * (nu[:, None] - np.arange(D))).sum(axis=1) + D * np.log(2.0)
+                       + np.linalg.slogdet(W)[1])
+            dx = Xc[:, :, None, :] - mu
+            quad = nu * np.einsum("stkd,kde,stke->stk", dx, W, dx) + D / beta
+        ll = 0.5 * elogdet - 0.5 * D * np.log(2.0 * np.pi) - 0.5 * quad
+        return np.where(complete[:, :, None], ll, 0.0)
+    if post.is_point:                                        # plates (D, K)
+        mu, tau = post.point
+        elog_tau, e_tau, extra = np.log(tau), tau, 0.0
+    else:
+        p = post.params
+        mu, a, b = p["mean"], p["shape"], p["rate"]
+        elog_tau, e_tau, extra = digamma(a) - np.log(b), a / b, 1.0 / p["beta"]
+    dx2 = (Xs[:, :, :, None] - mu) ** 2                      # (S, T, D, K)
+    cell = 0.5 * elog_tau - 0.5 * np.log(2.0 * np.pi) - 0.5 * (e_tau * dx2 + extra)
+    return np.where(Ms[:, :, :, None], cell, 0.0).sum(axis=2)
+
+
+def _new_sequences(model, data):
+    """(S, T, D) values, (S, T, D) observed cells, sequence and step of each row, labels
+    and lengths of new rows, split into sequences as in the fit."""
+    meta = model.meta
+    table, seq, step, labels = _sequences(data, meta.get("sequence_column"), meta["columns"])
+    X, mask = table.numeric_array(), table.mask()
+    S, T, D = len(labels), int(step.max()) + 1, X.shape[1]
+    Xs = np.zeros((S, T, D))
+    Ms = np.zeros((S, T, D), dtype=bool)
+    Xs[seq, step] = np.where(mask, X, 0.0)
+    Ms[seq, step] = mask
+    return Xs, Ms, seq, step, labels, np.bincount(seq, minlength=S)
+
+
+def _new_chains(model, data):
+    """Forward-backward on new sequences with the parameters fixed at the fit: log
+    potentials E[log pi] + emissions (first step), E[log A], the emissions' expected
+    log-likelihoods (the VB E-step of q(z), Beal 2003 ch. 3)."""
+    from blrgraph.families.categorical_chain import forward_backward
+    Xs, Ms, seq, step, labels, lengths = _new_sequences(model, data)
+    U = _emission_loglik(model, Xs, Ms)
+    U[:, 0] += _elog_dirichlet(model, "initial")
+    P = _elog_dirichlet(model, "transition")
+    return forward_backward(U, P, lengths), U, P, seq, step, labels, lengths
+
+
+def log_predictive(fit, data):
+    """(S,) held-out score of each new sequence (a table with the model's columns and
+    its ``sequence_column``; rows of a sequence in time order, NaN = missing): the
+    variational bound on log p(x_1..x_T | training data) with the parameters fixed at
+    the fit, log sum_z exp(E_q[log p(x, z | pi, A, theta)]) by the forward algorithm.
+    For an EM fit (point masses) it is the exact log-likelihood of the sequence (what
+    hmmlearn's ``score`` returns). In order of the sequences' first rows
+    (docs/predict.md, "Held-out scores of the zoo")."""
+    model = io.fitted_model(fit, NAME)
+    return _new_chains(model, data)[0].log_z
+
+
+def predict_table(fit, data):
+    """One row per new row (a table with the model's columns and its ``sequence_column``):
+    sequence, step, the Viterbi ``state`` of its sequence and the state probabilities
+    ``p0..pK-1``, with the parameters fixed at the fit (the E-step of the new sequences)."""
+    from blrgraph.families.categorical_chain import viterbi
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    stats_, U, P, seq, step, labels, lengths = _new_chains(model, data)
+    marg = stats_.marginals[seq, step]
+    path = viterbi(U, P, lengths)[seq, step]
+    df = pd.DataFrame(marg, columns=[f"p{j}" for j in range(marg.shape[1])])
+    df.insert(0, "state", path)
+    df.insert(0, "step", step)
+    df.insert(0, "sequence", [labels[s] for s in seq])
+    return df
+
+
+def predict(fit, data):
+    """(M,) the Viterbi state of each new row (the most probable path of its sequence,
+    :func:`predict_table`; docs/predict.md, "What predict means")."""
+    return predict_table(fit, data)["state"].to_numpy()
 
 
 def summarize(fit):

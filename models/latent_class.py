@@ -65,7 +65,20 @@ def predict_table(fit, data):
     are left out): p(c = k | row) proportional to E[w_k] prod_j E[phi_jk][x_j], the exact
     posterior predictive under q (docs/predict.md). One row per new row: the most
     probable ``class`` and ``p0..pK-1``."""
-    model = io.fitted_model(fit, NAME)
+    logp = _log_joint(io.fitted_model(fit, NAME), data)
+    return io.assignment_table(io.normalise_log(logp), label="class")
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new row (a DataFrame or CSV with the columns; missing
+    cells are left out): log p(row | training data) = log sum_k E[w_k] prod_j
+    E[phi_jk][x_j], exact under q (docs/predict.md, "Held-out scores of the zoo")."""
+    from scipy.special import logsumexp
+    return logsumexp(_log_joint(io.fitted_model(fit, NAME), data), axis=1)
+
+
+def _log_joint(model, data):
+    """(M, K) log E[w_k] + sum_j log E[phi_jk][x_j] over the observed cells of new rows."""
     cols = model.meta["columns"]
     df = io.new_rows(data, cols, NAME)
     logp = np.log(io.mixture_weights(model))[None, :] * np.ones((len(df), 1))
@@ -73,10 +86,13 @@ def predict_table(fit, data):
         codes = io.level_codes(df[c].tolist(), model.meta["levels"][c], c, NAME)
         phi = model[f"phi[{c}]"].posterior.mean                    # (K, L)
         logp += np.where(codes[:, None] >= 0, np.log(phi[:, np.maximum(codes, 0)].T), 0.0)
-    return io.assignment_table(io.normalise_log(logp), label="class")
+    return logp
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable class of each new row (the argmax of :func:`predict_table`'s
+    probabilities; docs/predict.md, "What predict means")."""
+    return _log_joint(io.fitted_model(fit, NAME), data).argmax(axis=1)
 
 
 def profiles(fit):

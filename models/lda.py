@@ -119,7 +119,7 @@ def build(data, k=10, columns=None, vocabulary=None, alpha=None, eta=None, stop_
 
     model = bg.Model(y)
     model.meta = {"zoo": NAME, "vocabulary": list(vocabulary), "k": k, "n_docs": D,
-                  "alpha": alpha, "columns": io.parse_columns(columns),
+                  "alpha": alpha, "eta": eta, "columns": io.parse_columns(columns),
                   "stop_words": None if stop_words is None else sorted(
                       STOP_WORDS if stop_words == "english" else stop_words),
                   # the scheduler's defaults: topics started from k-means of the documents
@@ -181,20 +181,61 @@ def transform(fit, data, max_iter=200, tol=1e-3):
     the topics fixed at the fit: the variational E-step of each document (q(theta_d) and
     its words' q(z), alternated until the mean change of theta's concentrations is below
     ``tol``, as scikit-learn's transform). Returns (M, K): E[theta_d] normalised."""
-    from scipy.special import digamma
+    g = _e_step(io.fitted_model(fit, NAME), _new_counts(fit, data), max_iter, tol)[0]
+    return g / g.sum(axis=1, keepdims=True)
+
+
+def log_predictive(fit, data, max_iter=200, tol=1e-3):
+    """(M,) held-out score of each new document (as :func:`transform` takes them): the
+    variational bound on log p(words of the document | topics) with the topics fixed
+    at the fit, after the E-step of :func:`transform`:
+    sum_v n_dv log sum_k exp(E[log theta_dk] + E[log phi_kv]) + E[log p(theta_d) -
+    log q(theta_d)], the per-document terms of scikit-learn's ``_approx_bound``
+    (docs/predict.md, "Held-out scores of the zoo"). Unknown words are ignored."""
     model = io.fitted_model(fit, NAME)
-    lam, meta = model["phi"].posterior.params["alpha"], model.meta
+    return _doc_bounds(model, _new_counts(model, data), max_iter, tol)
+
+
+def perplexity(fit, data, max_iter=200, tol=1e-3):
+    """Perplexity of new documents as scikit-learn's ``LatentDirichletAllocation.perplexity``
+    defines it: exp(-(sum of the documents' bounds (:func:`log_predictive`) + the topics'
+    E[log p(phi) - log q(phi)]) / the number of words). Lower is better."""
+    from scipy.special import digamma, gammaln
+    model = io.fitted_model(fit, NAME)
+    counts = _new_counts(model, data)
+    lam = model["phi"].posterior.params["alpha"]
+    eta = float(model.meta.get("eta", 1.0 / lam.shape[0]))
+    elog_phi = digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))
+    topics = (np.sum((eta - lam) * elog_phi) + np.sum(gammaln(lam) - gammaln(eta))
+              + np.sum(gammaln(eta * lam.shape[1]) - gammaln(lam.sum(axis=1))))
+    words = counts.sum()
+    if words <= 0:
+        raise ValueError("lda.perplexity: the documents hold no word of the training vocabulary")
+    return float(np.exp(-(_doc_bounds(model, counts, max_iter, tol).sum() + topics) / words))
+
+
+def _new_counts(fit, data):
+    """CSR counts (M, V) of new documents over the training vocabulary."""
+    model = io.fitted_model(fit, NAME)
+    meta = model.meta
     vocab = meta["vocabulary"]
     if sp.issparse(data) or (isinstance(data, np.ndarray) and data.ndim == 2 and data.dtype.kind in "iuf"):
         counts = sp.csr_matrix(data, dtype=float)
         if counts.shape[1] != len(vocab):
             raise ValueError(f"lda.transform: the matrix has {counts.shape[1]} columns but the "
                              f"vocabulary {len(vocab)} words")
-    else:
-        cols = meta.get("columns")
-        texts = io.read_texts(data, None if not cols else cols[0])
-        stop = meta.get("stop_words")
-        counts, _ = document_term_matrix(texts, vocab, frozenset(stop) if stop else None)
+        return counts
+    cols = meta.get("columns")
+    texts = io.read_texts(data, None if not cols else cols[0])
+    stop = meta.get("stop_words")
+    return document_term_matrix(texts, vocab, frozenset(stop) if stop else None)[0]
+
+
+def _e_step(model, counts, max_iter, tol):
+    """q(theta_d) of new documents with the topics fixed: (gamma (M, K), the document-term
+    entries as COO, E[log phi] (K, V), the Dirichlet prior alpha (K,) or a scalar)."""
+    from scipy.special import digamma
+    lam, meta = model["phi"].posterior.params["alpha"], model.meta
     coo = sp.coo_matrix(counts)
     M, K = counts.shape[0], lam.shape[0]
     elog_phi = digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))       # (K, V)
@@ -213,7 +254,21 @@ def transform(fit, data, max_iter=200, tol=1e-3):
         g = new
         if done:
             break
-    return g / g.sum(axis=1, keepdims=True)
+    return g, coo, elog_phi, alpha
+
+
+def _doc_bounds(model, counts, max_iter, tol):
+    """(M,) the per-document terms of the variational bound at the E-step's q(theta)."""
+    from scipy.special import digamma, gammaln, logsumexp
+    g, coo, elog_phi, alpha = _e_step(model, counts, max_iter, tol)
+    M, K = g.shape
+    alpha = np.broadcast_to(alpha, (K,))
+    elog_theta = digamma(g) - digamma(g.sum(axis=1, keepdims=True))
+    words = coo.data * logsumexp(elog_theta[coo.row] + elog_phi[:, coo.col].T, axis=1)
+    out = np.bincount(coo.row, words, minlength=M)
+    out += (np.sum((alpha - g) * elog_theta, axis=1) + np.sum(gammaln(g) - gammaln(alpha), axis=1)
+            + gammaln(alpha.sum()) - gammaln(g.sum(axis=1)))
+    return out
 
 
 def predict_table(fit, data):
@@ -226,7 +281,10 @@ def predict_table(fit, data):
     return df
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable topic of each new document (argmax of :func:`transform`;
+    docs/predict.md, "What predict means")."""
+    return transform(fit, data).argmax(axis=1)
 
 
 def topic_words(fit, n_words=10):

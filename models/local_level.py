@@ -147,6 +147,95 @@ def forecast(fit, steps=10):
     return pd.DataFrame({"t": np.arange(T, T + int(steps)), "mean": means, "sd": sds})
 
 
+def _continuation(model, data):
+    """One-step-ahead Kalman filter over new values y_{T+1..} of the series (a table with
+    the model's column, or a 1-d array; NaN = missing), from the last smoothed state with
+    the noise variances at E[1/q], E[1/r] (as :func:`forecast`): per new step the
+    predictive mean and variance of y given the training series and the new values
+    before it, the filtered level and its variance, and whether y was observed."""
+    last = _last_state(model)
+    m, S = last["last_mean"], last["last_cov"]
+    D = len(m)
+    A = np.array([[1.0, 1.0], [0.0, 1.0]]) if D == 2 else np.eye(1)
+    qp = model["q"].posterior.params
+    Q = np.diag(qp["rate"] / (qp["shape"] - 1.0))
+    rp = _gamma(model["r"])
+    R = rp["rate"] / (rp["shape"] - 1.0)
+    target = model.meta["target"]
+    if isinstance(data, np.ndarray) and data.ndim == 1:
+        y = np.asarray(data, dtype=float)
+    else:
+        df = data if hasattr(data, "columns") else io.read_table(data)
+        if target not in df.columns:
+            raise ValueError(f"{NAME}: the new values lack the column {target!r}; give the series' "
+                             f"next values (empty = unknown: a forecast)")
+        y = df[target].to_numpy(dtype=float, na_value=np.nan)
+    n = len(y)
+    out = {k: np.empty(n) for k in ("mean", "var", "level", "level_var")}
+    for t in range(n):                  # a recursion over time steps (each needs the last)
+        m, S = A @ m, A @ S @ A.T + Q
+        f = S[0, 0] + R
+        out["mean"][t], out["var"][t] = m[0], f
+        if np.isfinite(y[t]):
+            gain = S[:, 0] / f
+            m = m + gain * (y[t] - m[0])
+            S = S - np.outer(gain, S[0, :])
+        out["level"][t], out["level_var"][t] = m[0], S[0, 0]
+    return y, out
+
+
+def prediction_meta(fit):
+    """What :func:`predict_table` needs beyond the global posteriors (``blrgraph fit
+    --save`` keeps it): the length of the series and the mean and covariance of the last
+    smoothed state."""
+    post = io.fitted_model(fit, NAME)["x"].posterior
+    return {"n_steps": int(len(post.mean)), "last_mean": np.asarray(post.mean[-1], dtype=float),
+            "last_cov": np.asarray(post.cov[-1], dtype=float)}
+
+
+def _last_state(model):
+    """:func:`prediction_meta` of a fitted model, or as a saved fit keeps it."""
+    try:
+        model["x"]
+    except KeyError:
+        return {k: np.asarray(model.meta[k], dtype=float) if k != "n_steps" else int(model.meta[k])
+                for k in ("n_steps", "last_mean", "last_cov")}
+    return prediction_meta(model)
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new time step (the series' next M values, as a table
+    with the model's column or a 1-d array; NaN = not observed, scores 0): the log
+    one-step-ahead predictive density log p(y_{T+t} | y_1..y_T, y_{T+1}..y_{T+t-1}),
+    Gaussian from the Kalman filter with the noise variances at E[1/q], E[1/r] (the
+    plug-in of :func:`forecast`). Their sum is the log predictive of the whole
+    continuation (docs/predict.md, "Held-out scores of the zoo")."""
+    y, out = _continuation(io.fitted_model(fit, NAME), data)
+    obs = np.isfinite(y)
+    lp = stats.norm.logpdf(np.where(obs, y, 0.0), out["mean"], np.sqrt(out["var"]))
+    return np.where(obs, lp, 0.0)
+
+
+def predict_table(fit, data):
+    """One row per new time step (the series' next values; NaN = unknown): ``t``, the
+    one-step-ahead predictive ``mean`` and ``sd`` of y given everything before it, and the
+    filtered ``level`` and ``level_sd`` after the step's value (if any). A table of empty
+    cells is :func:`forecast`."""
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    y, out = _continuation(model, data)
+    T = _last_state(model)["n_steps"]
+    return pd.DataFrame({"t": np.arange(T, T + len(y)), "mean": out["mean"],
+                         "sd": np.sqrt(out["var"]), "level": out["level"],
+                         "level_sd": np.sqrt(out["level_var"])})
+
+
+def predict(fit, data):
+    """(M,) the one-step-ahead predictive mean of each new time step (:func:`predict_table`;
+    docs/predict.md, "What predict means")."""
+    return predict_table(fit, data)["mean"].to_numpy()
+
+
 def write_outputs(fit, out_dir):
     """states.csv: the smoothed level (and slope) with its sd per time step."""
     from pathlib import Path

@@ -87,7 +87,28 @@ def predict_proba(fit, X_new):
     return expit(m[:, None] + np.sqrt(2.0 * v)[:, None] * t) @ wt / np.sqrt(np.pi)
 
 
-predict = predict_proba
+def predict(fit, X_new):
+    """(M,) the more probable class of each new row (P(y = 1) > 1/2; a two-level text
+    target gives its levels; docs/predict.md, "What predict means")."""
+    p = predict_proba(fit, X_new)
+    levels = io.fitted_model(fit, NAME).meta["design"].get("target_levels")
+    cls = (p > 0.5).astype(int)
+    return np.asarray(levels, dtype=object)[cls] if levels else cls
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new row (a DataFrame or CSV with the predictor and
+    target columns, or a pair (X, y) of arrays without the intercept column):
+    log p(y | x, training data) = log E_q[sigmoid((2y - 1) x.w)] (Gauss-Hermite, as
+    :func:`predict_proba`). A row with a missing target scores 0 (docs/predict.md,
+    "Held-out scores of the zoo")."""
+    m, v, y, obs = io.held_out(io.fitted_model(fit, NAME), data)
+    sign = np.where(obs & (y == 0), -1.0, 1.0)
+    t, wt = np.polynomial.hermite.hermgauss(GH_NODES)
+    a = sign[:, None] * (m[:, None] + np.sqrt(2.0 * v)[:, None] * t)
+    from scipy.special import log_expit, logsumexp
+    out = logsumexp(log_expit(a) + np.log(wt / np.sqrt(np.pi)), axis=1)
+    return np.where(obs, out, 0.0)
 
 
 def predict_table(fit, data, level=0.95):

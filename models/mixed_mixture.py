@@ -88,8 +88,22 @@ def predict_table(fit, data):
     cell and E[phi_jk][level] of each categorical cell under component k (the exact
     posterior predictive under q; docs/predict.md). One row per new row: the most
     probable ``component`` and ``p0..pK-1``."""
+    logp = _log_joint(io.fitted_model(fit, NAME), data)
+    return io.assignment_table(io.normalise_log(logp))
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new row (a DataFrame or CSV with the model's columns;
+    missing cells are left out): log p(row | training data) = log sum_k E[w_k] times the
+    Student-t and Categorical cell predictives of component k, exact under q
+    (docs/predict.md, "Held-out scores of the zoo")."""
+    from scipy.special import logsumexp
+    return logsumexp(_log_joint(io.fitted_model(fit, NAME), data), axis=1)
+
+
+def _log_joint(model, data):
+    """(M, K) log E[w_k] + the log predictives of the observed cells under component k."""
     from scipy import stats
-    model = io.fitted_model(fit, NAME)
     meta = model.meta
     df = io.new_rows(data, meta["numeric"] + meta["categorical"], NAME)
     logp = np.log(io.mixture_weights(model))[None, :] * np.ones((len(df), 1))
@@ -105,10 +119,13 @@ def predict_table(fit, data):
         codes = io.level_codes(df[c].tolist(), meta["levels"][c], c, NAME)
         phi = model[f"phi[{c}]"].posterior.mean
         logp += np.where(codes[:, None] >= 0, np.log(phi[:, np.maximum(codes, 0)].T), 0.0)
-    return io.assignment_table(io.normalise_log(logp))
+    return logp
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable component of each new row (the argmax of :func:`predict_table`'s
+    probabilities; docs/predict.md, "What predict means")."""
+    return _log_joint(io.fitted_model(fit, NAME), data).argmax(axis=1)
 
 
 def _t_sd(scale2, a):

@@ -135,6 +135,110 @@ def subspace(fit):
     return q
 
 
+def _new_rows(model, data):
+    """New rows (a DataFrame or CSV with the model's columns, or an (M, D) array; NaN =
+    missing), centred and scaled as in the fit, and their observed cells."""
+    cols = model.meta["columns"]
+    if isinstance(data, np.ndarray):
+        Y = np.atleast_2d(np.asarray(data, dtype=float))
+        if Y.shape[1] != len(cols):
+            raise ValueError(f"{NAME}: new rows need {len(cols)} columns {cols}, got shape {Y.shape}")
+    else:
+        Y = io.new_rows(data, cols, NAME)[cols].to_numpy(dtype=float, na_value=np.nan)
+    obs = np.isfinite(Y)
+    return np.where(obs, (Y - model.meta["center"]) / model.meta["scale"], 0.0), obs
+
+
+def _new_scores(model, Z, obs):
+    """q(x) of new rows with W, mu and tau fixed at the fit (the VB update of x):
+    precision I + sum_d(observed) E[tau_d] E[W_d W_d^T], mean its inverse times
+    sum_d(observed) E[tau_d] E[W_d] (y_d - E[mu_d]). Returns means (M, K), covariances (M, K, K)."""
+    qW = model["W"].posterior
+    EW, EWW = qW.mean, qW.mean_params[1]                      # (D, K), (D, K, K)
+    D, K = EW.shape
+    tau = np.broadcast_to(model["tau"].posterior.mean, (D,))
+    mu = model["mu"].posterior.mean
+    prec = np.eye(K) + np.einsum("nd,d,dkl->nkl", obs.astype(float), tau, EWW)
+    rhs = np.einsum("nd,d,dk->nk", np.where(obs, Z - mu, 0.0), tau, EW)
+    cov = np.linalg.inv(prec)
+    return np.einsum("nkl,nl->nk", cov, rhs), cov
+
+
+def transform(fit, data):
+    """(M, K) the posterior mean scores of new rows given their observed cells (as
+    scikit-learn's ``transform``; PCA has no ``predict``: docs/predict.md, "What predict
+    means")."""
+    model = io.fitted_model(fit, NAME)
+    return _new_scores(model, *_new_rows(model, data))[0]
+
+
+def predict_table(fit, data):
+    """One row per new row: the posterior mean scores ``pc0..pcK-1`` given its observed
+    cells (loadings, offsets and noise fixed at the fit) and, for columns with missing
+    cells, the reconstruction ``<col>_imputed`` = E[W_d] . E[x] + E[mu_d] (in the data's
+    units) with its predictive sd ``<col>_sd`` (from Var[W_d . x], Var[mu_d] and E[1/tau_d])."""
+    pd = io.require_pandas()
+    model = io.fitted_model(fit, NAME)
+    Z, obs = _new_rows(model, data)
+    m, C = _new_scores(model, Z, obs)
+    meta = model.meta
+    out = pd.DataFrame(m, columns=[f"pc{j}" for j in range(m.shape[1])])
+    missing = ~obs
+    if missing.any():
+        qW = model["W"].posterior
+        EW, EWW = qW.mean, qW.mean_params[1]
+        Exx = C + m[:, :, None] * m[:, None, :]
+        recon = m @ EW.T + model["mu"].posterior.mean
+        var = (np.einsum("dkl,nlk->nd", EWW, Exx) - (m @ EW.T) ** 2 + model["mu"].posterior.var
+               + np.broadcast_to(1.0 / _tau_mean_inverse(model), (EW.shape[0],)))
+        for j, c in enumerate(meta["columns"]):
+            if missing[:, j].any():
+                out[f"{c}_imputed"] = np.where(missing[:, j], recon[:, j] * meta["scale"][j]
+                                               + meta["center"][j], np.nan)
+                out[f"{c}_sd"] = np.where(missing[:, j], np.sqrt(var[:, j]) * meta["scale"][j], np.nan)
+    return out
+
+
+def _tau_mean_inverse(model):
+    """1 / E[1/tau] = (a - 1) / b under q(tau) = Gamma(a, b)."""
+    p = model["tau"].posterior.params
+    return (p["shape"] - 1.0) / p["rate"]
+
+
+def log_predictive(fit, data, samples=2000, seed=0):
+    """(M,) held-out score of each new row (a DataFrame or CSV with the model's columns, or
+    an (M, D) array; NaN cells are marginalised out): log p(y_row | training data) =
+    log E_q[N(y_o | mu_o, W_o W_o^T + diag(1/tau_o))] with the row's scores integrated out
+    exactly and q(W) q(mu) q(tau) by Monte Carlo (``samples`` draws, ``seed``; the mean
+    of the densities, in log space), in the data's units. A row with no observed cell
+    scores 0 (docs/predict.md, "Held-out scores of the zoo")."""
+    from scipy.special import logsumexp
+    model = io.fitted_model(fit, NAME)
+    Z, obs = _new_rows(model, data)
+    rng = np.random.default_rng(seed)
+    W = model["W"].posterior.sample(samples, seed=rng)                  # (S, D, K)
+    mu = model["mu"].posterior.sample(samples, seed=rng)                # (S, D)
+    tau = model["tau"].posterior.sample(samples, seed=rng)              # (S,) or (S, D)
+    D = W.shape[1]
+    noise = 1.0 / np.broadcast_to(np.reshape(tau, (samples, -1)), (samples, D))
+    out = np.zeros(len(Z))
+    log_scale = np.log(model.meta["scale"])
+    for pattern in np.unique(obs, axis=0):
+        if not pattern.any():
+            continue
+        rows = np.all(obs == pattern, axis=1)
+        Wo = W[:, pattern]
+        cov = Wo @ np.swapaxes(Wo, 1, 2) + noise[:, pattern][:, :, None] * np.eye(int(pattern.sum()))
+        L = np.linalg.cholesky(cov)                                     # (S, d, d)
+        r = Z[rows][:, pattern][None] - mu[:, None, pattern]            # (S, n, d)
+        sol = np.linalg.solve(L[:, None], r[..., None])[..., 0]         # (S, n, d)
+        logdet = 2.0 * np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
+        d = int(pattern.sum())
+        ll = -0.5 * (np.sum(sol ** 2, axis=2) + logdet[:, None] + d * np.log(2.0 * np.pi))
+        out[rows] = logsumexp(ll, axis=0) - np.log(samples) - log_scale[pattern].sum()
+    return out
+
+
 def summarize(fit):
     """One row per component: E[alpha_k] (the ARD precision), the variance it adds
     (sum_d E[W_dk^2]) and its share, active (kept by ARD), and the noise sd."""

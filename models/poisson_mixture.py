@@ -59,8 +59,21 @@ def predict_table(fit, data):
     missing cells are left out): E[w_k] times the product over cells of the negative
     binomial predictive of component k (Poisson with a Gamma rate; docs/predict.md).
     One row per new row: the most probable ``component`` and ``p0..pK-1``."""
+    logp = _log_joint(io.fitted_model(fit, NAME), data)
+    return io.assignment_table(io.normalise_log(logp))
+
+
+def log_predictive(fit, data):
+    """(M,) held-out score of each new row (a DataFrame or CSV with the count columns;
+    missing cells are left out): log p(row | training data) = log sum_k E[w_k] prod_d
+    NB(x_d | component k), exact under q (docs/predict.md, "Held-out scores of the zoo")."""
+    from scipy.special import logsumexp
+    return logsumexp(_log_joint(io.fitted_model(fit, NAME), data), axis=1)
+
+
+def _log_joint(model, data):
+    """(M, K) log E[w_k] + the negative binomial log predictives of the observed cells."""
     from scipy import stats
-    model = io.fitted_model(fit, NAME)
     cols = model.meta["columns"]
     df = io.new_rows(data, cols, NAME)
     X = df[cols].to_numpy(dtype=float, na_value=np.nan)
@@ -68,11 +81,13 @@ def predict_table(fit, data):
     a, b = p["shape"], p["rate"]
     obs = np.isfinite(X)
     ll = stats.nbinom.logpmf(np.where(obs, X, 0.0)[:, :, None], a[None], (b / (b + 1.0))[None])
-    logp = np.log(io.mixture_weights(model))[None, :] + np.where(obs[:, :, None], ll, 0.0).sum(axis=1)
-    return io.assignment_table(io.normalise_log(logp))
+    return np.log(io.mixture_weights(model))[None, :] + np.where(obs[:, :, None], ll, 0.0).sum(axis=1)
 
 
-predict = predict_table
+def predict(fit, data):
+    """(M,) the most probable component of each new row (the argmax of :func:`predict_table`'s
+    probabilities; docs/predict.md, "What predict means")."""
+    return _log_joint(io.fitted_model(fit, NAME), data).argmax(axis=1)
 
 
 def summarize(fit):

@@ -34,6 +34,17 @@ def _datasets(tmp_path):
     texts = pd.DataFrame({"text": ["apple banana fruit salad", "banana fruit apple pie",
                                    "car engine wheel road", "engine road car truck",
                                    "fruit apple banana", "truck wheel engine"] * 5})
+    seqs = pd.DataFrame({"id": np.repeat(["s1", "s2"], 30),
+                         "a": np.r_[rng.normal(0, 1, 15), rng.normal(3, 1, 15), rng.normal(0, 1, 30)],
+                         "b": rng.normal(size=60)})
+    new_seqs = seqs.iloc[[0, 1, 2, 40, 41]].copy()
+    new_seqs.iloc[1, 1] = np.nan
+    W = rng.normal(size=(4, 2))
+    table = pd.DataFrame(rng.normal(size=(80, 2)) @ W.T + rng.normal(0, 0.3, (80, 4)),
+                         columns=["p", "q", "r", "s"])
+    new_table = table.iloc[:3].copy()
+    new_table.iloc[0, 2] = np.nan
+    series = pd.DataFrame({"y": np.cumsum(rng.normal(0, 0.3, 60)) + rng.normal(0, 1, 60)})
     new_cat = cat.iloc[:4].copy()
     new_cat.loc[0, "q2"] = np.nan
     return {
@@ -49,11 +60,16 @@ def _datasets(tmp_path):
         "poisson_mixture": (counts, {"k": 2}, ["--k", "2"], counts.iloc[[0, 45]]),
         "lda": (texts, {"k": 2, "columns": ["text"]}, ["--k", "2", "--columns", "text"],
                 pd.DataFrame({"text": ["apple pie fruit", "road truck engine", "unknownword"]})),
+        "hmm": (seqs, {"k": 2, "sequence_column": "id"}, ["--k", "2", "--sequence-column", "id"],
+                new_seqs),
+        "pca": (table, {"k": 2}, ["--k", "2"], new_table),
+        "local_level": (series, {}, [], pd.DataFrame({"y": [0.5, np.nan, 1.0]})),
     }
 
 
 @pytest.mark.parametrize("name", ["gmm", "linreg", "logreg", "poisson_reg", "latent_class",
-                                  "mixed_mixture", "poisson_mixture", "lda"])
+                                  "mixed_mixture", "poisson_mixture", "lda", "hmm", "pca",
+                                  "local_level"])
 def test_fit_save_then_predict_in_a_fresh_process(tmp_path, name):
     data, options, flags, new = _datasets(tmp_path)[name]
     train, new_csv, fit_file = tmp_path / "train.csv", tmp_path / "new.csv", tmp_path / "fit.npz"
@@ -72,6 +88,13 @@ def test_fit_save_then_predict_in_a_fresh_process(tmp_path, name):
     method = module.DEFAULT_METHOD
     fit = model.fit(method, seed=0, **cli.fit_options_for(model.meta, method))
     expect = module.predict_table(fit, io.read_table(new_csv))
+    # predict: one value per new row (docs/predict.md, "What predict means"); pca has transform
+    if name == "pca":
+        assert not hasattr(module, "predict")
+        assert module.transform(fit, io.read_table(new_csv)).shape == (len(new), 2)
+    else:
+        got_predict = np.asarray(module.predict(fit, io.read_table(new_csv)))
+        assert got_predict.shape == (len(new),)
     assert list(got.columns) == list(expect.columns)
     for c in expect.columns:
         if expect[c].dtype.kind in "fi":

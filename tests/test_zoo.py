@@ -330,7 +330,7 @@ def test_linreg_recovers_weights_within_posterior_uncertainty_and_ard_prunes():
     tau = s.iloc[5]
     assert tau["q2.5"] < 1 / noise ** 2 < tau["q97.5"]
     # posterior predictive: mean x.m, variance x S x^T + E[1/tau]
-    m, v = linreg.predict(fitted, np.array([[1.0, 0.0, 1.0, 0.0]]))
+    m, v = linreg.predictive_moments(fitted, np.array([[1.0, 0.0, 1.0, 0.0]]))
     assert abs(m[0] - (0.5 + 1.5 - 2.0)) < 0.1
     assert 0.8 * noise ** 2 < v[0] < 1.3 * noise ** 2
 
@@ -352,7 +352,7 @@ def test_linreg_isotropic_from_a_table_with_a_categorical_and_missing_cells():
     for term, value in truth.items():
         assert abs(s.loc[term, "mean"] - value) < 4 * s.loc[term, "sd"], term
     assert s["prior_precision"].iloc[:-1].nunique() == 1          # one shared precision
-    m, v = linreg.predict(fitted, df.iloc[:3][["x", "group"]])
+    m, v = linreg.predictive_moments(fitted, df.iloc[:3][["x", "group"]])
     expect = 1.0 + 2.0 * df.x[:3] + np.where(df.group[:3] == "b", 3.0, 0.0)
     assert np.all(np.abs(m - expect) < 4 * np.sqrt(v))
     with pytest.raises(ValueError, match="target="):

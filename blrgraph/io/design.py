@@ -208,6 +208,7 @@ def design_rows(recipe, X_new):
         if X.shape[1] != len(terms):
             raise ValueError(f"{name}.predict: new rows need {len(terms)} columns {terms}, got "
                              f"shape {X.shape}")
+        _refuse_missing(np.isnan(X), terms, name)
         return _with_intercept(X, recipe["intercept"])
     missing = [c for c in recipe["columns"] if c not in X_new.columns]
     if missing:
@@ -223,8 +224,24 @@ def design_rows(recipe, X_new):
                              f"not seen in training")
         col.levels = list(levels)
         col.values = np.array([-1 if lab is None else levels.index(lab) for lab in labels])
+    _refuse_missing(np.column_stack([~table[c].mask for c in recipe["columns"]]),
+                    recipe["columns"], name)
     X, _ = _expand(table, recipe)
     return _with_intercept(X, recipe["intercept"])
+
+
+def _refuse_missing(missing, columns, name):
+    """A new row with a missing predictor has no prediction (x . w needs every x_j):
+    refused with a ValueError naming the first such row and column, never a silent NaN."""
+    if not missing.any():
+        return
+    rows = np.flatnonzero(missing.any(axis=1))
+    i = int(rows[0])
+    col = columns[int(np.flatnonzero(missing[i])[0])]
+    raise ValueError(f"{name}.predict: new row {i} (counting from 0) has no value in the predictor "
+                     f"column {col!r} ({len(rows)} row(s) have a missing predictor); a regression "
+                     f"needs every predictor of a row: fill the cell in (impute it) or leave the "
+                     f"row out")
 
 
 def _input_terms(recipe):

@@ -29,6 +29,39 @@ def linear_predictor(model, X_new, node="w"):
     return X @ m, np.einsum("ni,ij,nj->n", X, S, X)
 
 
+def held_out(model, data, node="w"):
+    """(mean, variance of a = x . w under q, target y, observed) for held-out rows: a
+    DataFrame or CSV with the predictor and target columns, or a pair of arrays (X
+    without the intercept column, y). A two-level text target is coded as in the fit
+    (its second level is 1); ``observed`` is False where the target is missing."""
+    recipe = model.meta["design"]
+    name, target = recipe["model"], recipe["target"]
+    if isinstance(data, tuple) and len(data) == 2:
+        X, y = np.atleast_2d(np.asarray(data[0], dtype=float)), np.asarray(data[1], dtype=float)
+        if X.shape[0] == 1 and y.size > 1:
+            X = X.T
+    else:
+        from .tables import read_table
+        df = read_table(data) if not hasattr(data, "columns") else data
+        if target not in df.columns:
+            raise ValueError(f"{name}.log_predictive: the held-out rows lack the target column "
+                             f"{target!r}; it is what is scored (predict_table needs only the "
+                             f"predictors)")
+        X = df
+        levels = recipe.get("target_levels")
+        if levels:
+            from .outputs import level_codes
+            codes = level_codes(df[target].tolist(), levels, target, name)
+            y = np.where(codes >= 0, codes, np.nan).astype(float)
+        else:
+            y = df[target].to_numpy(dtype=float, na_value=np.nan)
+    m, v = linear_predictor(model, X, node)
+    if y.shape != m.shape:
+        raise ValueError(f"{name}.log_predictive: {len(m)} rows of predictors but {y.size} "
+                         f"targets")
+    return m, v, y, np.isfinite(y)
+
+
 def prior_precision(model, node="w"):
     """(P,) diagonal of the weights' prior precision on the fit scale: E[alpha] for a
     Gamma precision node (shared or one per weight), else the fixed matrix's diagonal."""
