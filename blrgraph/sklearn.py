@@ -1,0 +1,375 @@
+"""scikit-learn estimators over the zoo models (docs/sklearn.md; extra ``blrgraph[sklearn]``).
+
+Each estimator stores its parameters in ``__init__`` (scikit-learn's convention), and
+``fit`` builds the node graph of the matching zoo model (``blrgraph.zoo.*``) and fits
+it: no second engine. ``score`` is the mean held-out log predictive density per
+sample, so ``GridSearchCV`` chooses a number of components by predictive density.
+
+    BayesianGaussianMixture     zoo gmm (full / diag), Dirichlet or stick-breaking weights
+    BayesianRidge, ARDRegression  zoo linreg, hyper="evidence" (scikit-learn's models)
+    BayesianLogisticRegression  zoo logreg
+    LatentDirichletAllocation   zoo lda
+    GaussianHMM                 zoo hmm
+    ProbabilisticPCA            zoo pca
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import stats
+from scipy.special import logsumexp
+
+try:
+    from sklearn.base import BaseEstimator, DensityMixin, RegressorMixin, TransformerMixin
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.utils import check_random_state
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as err:      # pragma: no cover - the optional extra is missing
+    raise ImportError("blrgraph.sklearn needs scikit-learn: pip install 'blrgraph[sklearn]'") from err
+
+
+def _seed(random_state):
+    """An integer seed for ``Model.fit(seed=)`` from scikit-learn's random_state."""
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def _fit_quietly(model, method, **options):
+    """``model.fit`` with the engine's ConvergenceWarning passed on as scikit-learn's."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = model.fit(method, **options)
+    for w in caught:
+        if w.category.__name__ == "ConvergenceWarning":
+            warnings.warn(str(w.message), ConvergenceWarning, stacklevel=3)
+        elif not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning)):
+            warnings.warn(w.message, w.category, stacklevel=3)
+    return fit
+
+
+class _AbsoluteTol:
+    """A ``fit(callback=)`` that stops when the ELBO changes by less than ``tol``
+    (scikit-learn's mixtures: the absolute change of the lower bound)."""
+
+    def __init__(self, tol):
+        self.tol, self.prev, self.n_iter, self.converged = tol, None, 0, False
+
+    def __call__(self, it, elbo):
+        self.n_iter = it
+        done = self.prev is not None and abs(elbo - self.prev) < self.tol
+        self.prev = elbo
+        self.converged = self.converged or done
+        return done
+
+
+# ------------------------------------------------------------------------------- mixtures
+class BayesianGaussianMixture(DensityMixin, BaseEstimator):
+    """Variational Bayesian Gaussian mixture (zoo ``gmm``), scikit-learn's parameters.
+
+    ``weight_concentration_prior_type="dirichlet_process"`` (default) puts
+    ``bg.StickBreaking(gamma, K, truncated=False)`` weights on the components (scikit-
+    learn's K Beta sticks), ``"dirichlet_distribution"`` a symmetric Dirichlet. Priors
+    default as scikit-learn's: gamma = 1/K, mean precision 1, mean prior the data mean,
+    degrees of freedom D, covariance prior the data covariance (per column for
+    ``covariance_type="diag"``). ``tol``: the absolute change of the ELBO that ends a
+    run; ``n_init`` runs (k-means starts with different seeds), the best ELBO kept.
+    ``covariance_type`` "full" or "diag" ("tied" and "spherical" are refused)."""
+
+    def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, max_iter=100,
+                 n_init=1, init_params="kmeans", weight_concentration_prior_type="dirichlet_process",
+                 weight_concentration_prior=None, mean_precision_prior=None, mean_prior=None,
+                 degrees_of_freedom_prior=None, covariance_prior=None, random_state=None):
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.tol = tol
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weight_concentration_prior_type = weight_concentration_prior_type
+        self.weight_concentration_prior = weight_concentration_prior
+        self.mean_precision_prior = mean_precision_prior
+        self.mean_prior = mean_prior
+        self.degrees_of_freedom_prior = degrees_of_freedom_prior
+        self.covariance_prior = covariance_prior
+        self.random_state = random_state
+
+    def _check(self, X):
+        K = self.n_components
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+            raise ValueError(f"BayesianGaussianMixture: n_components must be an integer >= 1, got {K!r}")
+        if self.covariance_type not in ("full", "diag"):
+            raise ValueError(f"BayesianGaussianMixture: covariance_type must be 'full' or 'diag', got "
+                             f"{self.covariance_type!r} ('tied' and 'spherical' are not in the zoo gmm)")
+        if self.weight_concentration_prior_type not in ("dirichlet_process", "dirichlet_distribution"):
+            raise ValueError(f"BayesianGaussianMixture: weight_concentration_prior_type must be "
+                             f"'dirichlet_process' or 'dirichlet_distribution', got "
+                             f"{self.weight_concentration_prior_type!r}")
+        if self.init_params not in ("kmeans", "k-means++", "random"):
+            raise ValueError(f"BayesianGaussianMixture: init_params must be 'kmeans', 'k-means++' or "
+                             f"'random', got {self.init_params!r}")
+        for name in ("max_iter", "n_init"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"BayesianGaussianMixture: {name} must be an integer >= 1, got {v!r}")
+        if not (np.isscalar(self.tol) and self.tol >= 0):
+            raise ValueError(f"BayesianGaussianMixture: tol must be a number >= 0, got {self.tol!r}")
+        if X.shape[0] < K:
+            raise ValueError(f"BayesianGaussianMixture: n_components={K} needs at least {K} samples, "
+                             f"got n_samples={X.shape[0]}")
+
+    def _priors(self, X):
+        N, D = X.shape
+        K = self.n_components
+        gamma = 1.0 / K if self.weight_concentration_prior is None else float(self.weight_concentration_prior)
+        beta0 = 1.0 if self.mean_precision_prior is None else float(self.mean_precision_prior)
+        m0 = X.mean(axis=0) if self.mean_prior is None else np.asarray(self.mean_prior, dtype=float)
+        nu0 = float(D) if self.degrees_of_freedom_prior is None else float(self.degrees_of_freedom_prior)
+        if self.covariance_type == "full":
+            cov0 = (np.atleast_2d(np.cov(X.T)) if self.covariance_prior is None
+                    else np.atleast_2d(np.asarray(self.covariance_prior, dtype=float)))
+        else:
+            cov0 = (np.var(X, axis=0, ddof=1) if self.covariance_prior is None
+                    else np.asarray(self.covariance_prior, dtype=float) * np.ones(D))
+        return gamma, beta0, m0, nu0, cov0
+
+    def _start(self, X, rng):
+        if self.init_params != "kmeans":
+            return {"k-means++": "kmeans++", "random": "random"}[self.init_params]
+        from sklearn.cluster import KMeans
+        labels = KMeans(n_clusters=self.n_components, n_init=1, random_state=rng).fit(X).labels_
+        R = np.zeros((len(X), self.n_components))
+        R[np.arange(len(X)), labels] = 1.0
+        return R
+
+    def fit(self, X, y=None):
+        from blrgraph.zoo import gmm
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        self._check(X)
+        gamma, beta0, m0, nu0, cov0 = self._priors(X)
+        rng = check_random_state(self.random_state)
+        best = None
+        for _ in range(self.n_init):
+            model = gmm.build(X, k=self.n_components, covariance=self.covariance_type, alpha=gamma,
+                              beta0=beta0, m0=m0, nu0=nu0, cov0=cov0,
+                              weights={"dirichlet_process": "dirichlet_process",
+                                       "dirichlet_distribution": "dirichlet"}[
+                                  self.weight_concentration_prior_type])
+            stop = _AbsoluteTol(self.tol)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit = model.fit("vmp", init=self._start(X, rng), seed=int(rng.randint(2 ** 31 - 1)),
+                                max_iter=self.max_iter, tol=0.0, callback=stop)
+            if best is None or fit.elbo > best[1].elbo:
+                best = (model, fit, stop)
+        model, fit, stop = best
+        if not stop.converged:
+            warnings.warn(f"BayesianGaussianMixture: the best of {self.n_init} runs did not converge "
+                          f"in max_iter={self.max_iter} iterations; raise max_iter or tol",
+                          ConvergenceWarning, stacklevel=2)
+        self._model = model
+        comp = _components(model)
+        self.weights_ = np.asarray(comp["weight"], dtype=float)
+        self.means_ = np.asarray(comp["mean"], dtype=float)
+        cov = gmm.component_covariances(model)
+        if self.covariance_type == "full":
+            self.covariances_ = cov
+            self.precisions_ = np.linalg.inv(cov)
+            # scikit-learn's precisions_cholesky_: U with U U^T = precision (upper triangular)
+            self.precisions_cholesky_ = np.linalg.cholesky(self.precisions_[:, ::-1, ::-1])[:, ::-1, ::-1]
+        else:
+            self.covariances_ = np.diagonal(cov, axis1=1, axis2=2).copy()
+            self.precisions_ = 1.0 / self.covariances_
+            self.precisions_cholesky_ = np.sqrt(self.precisions_)
+        self.lower_bound_ = float(fit.elbo)
+        self.converged_ = bool(stop.converged)
+        self.n_iter_ = int(stop.n_iter)
+        return self
+
+    def _log_joint(self, X):
+        """(n, K): log E[w_k] + log of component k's Student-t posterior predictive."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        comp = _components(self._model)
+        loc, shape, df = comp["predictive"]
+        K = len(self.weights_)
+        out = np.empty((len(X), K))
+        for k in range(K):
+            if self.covariance_type == "full":
+                lp = stats.multivariate_t(loc=loc[k], shape=shape[k], df=df[k]).logpdf(X)
+            else:
+                lp = stats.t.logpdf(X, df=df[k], loc=loc[k], scale=np.sqrt(shape[k])).sum(axis=1)
+            out[:, k] = np.log(self.weights_[k]) + np.atleast_1d(lp)
+        return out
+
+    def score_samples(self, X):
+        """Log posterior predictive density of each sample (the mixture of the
+        components' Student-t predictives, weighted by E[w])."""
+        return logsumexp(self._log_joint(X), axis=1)
+
+    def score(self, X, y=None):
+        """Mean log posterior predictive density per sample (held-out data: the
+        criterion GridSearchCV maximises)."""
+        return float(np.mean(self.score_samples(X)))
+
+    def predict_proba(self, X):
+        lj = self._log_joint(X)
+        return np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
+
+    def predict(self, X):
+        return self._log_joint(X).argmax(axis=1)
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).predict(X)
+
+    def sample(self, n_samples=1):
+        """(X, labels): n_samples draws from the fitted mixture (weights_, means_,
+        covariances_, as scikit-learn's ``sample``)."""
+        check_is_fitted(self)
+        if n_samples < 1:
+            raise ValueError(f"BayesianGaussianMixture.sample: n_samples must be >= 1, got {n_samples}")
+        rng = check_random_state(self.random_state)
+        counts = rng.multinomial(n_samples, self.weights_ / self.weights_.sum())
+        out = []
+        for k, n in enumerate(counts):
+            cov = self.covariances_[k] if self.covariance_type == "full" else np.diag(self.covariances_[k])
+            out.append(rng.multivariate_normal(self.means_[k], cov, int(n)))
+        labels = np.repeat(np.arange(len(counts)), counts)
+        return np.vstack(out), labels
+
+
+def _components(model):
+    """gmm.components without its posterior sds (NaN for an empty component whose
+    Wishart has dof <= D + 1, as scikit-learn's default prior dof = D allows)."""
+    from blrgraph.zoo import gmm
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return gmm.components(model)
+
+
+# ------------------------------------------------------------------------------- regression
+class _EvidenceRegression(RegressorMixin, BaseEstimator):
+    """Shared by BayesianRidge / ARDRegression: zoo linreg with ``hyper="evidence"``."""
+
+    _ard = False
+
+    def _fit(self, X, y):
+        from blrgraph.zoo import linreg
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, multi_output=False)
+        for name in ("alpha_1", "alpha_2", "lambda_1", "lambda_2"):
+            v = getattr(self, name)
+            if not (np.isscalar(v) and v > 0):
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive number, got {v!r}")
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) \
+                or self.max_iter < 1:
+            raise ValueError(f"{type(self).__name__}: max_iter must be an integer >= 1, got {self.max_iter!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            model = linreg.build((X, y), ard=self._ard, intercept=self.fit_intercept,
+                                 standardize=False, hyper="evidence",
+                                 weight_prior=(self.lambda_1, self.lambda_2),
+                                 noise_prior=(self.alpha_1, self.alpha_2))
+        stop = _CoefTol(model["w"], self.tol)
+        opts = dict(model.meta["fit_options_by_method"]["em"], max_iter=self.max_iter, tol=0.0,
+                    callback=stop)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit("em", **opts)
+        self._model = model
+        m, S = model["w"].posterior.mean, model["w"].posterior.cov
+        self.coef_ = np.array(m, dtype=float)
+        self.sigma_ = np.array(S, dtype=float)
+        self.alpha_ = float(model["tau"].posterior.point)
+        lam = np.asarray(model["alpha"].posterior.point, dtype=float)
+        self.lambda_ = lam if self._ard else float(lam)
+        self.n_iter_ = int(stop.n_iter)
+        offset = model.meta["offset"]
+        A = model.meta["to_original"]
+        self.intercept_ = float(offset[0] + A[0] @ m) if self.fit_intercept else 0.0
+        self.X_offset_ = -A[0] if self.fit_intercept else np.zeros(X.shape[1])
+        return self
+
+    def predict(self, X, return_std=False):
+        """Predictive mean (and sd: sqrt(x^T sigma_ x + 1/alpha_), with x centred, as
+        scikit-learn's ``return_std``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        mean = X @ self.coef_ + self.intercept_
+        if not return_std:
+            return mean
+        Xc = X - self.X_offset_
+        var = np.einsum("ni,ij,nj->n", Xc, self.sigma_, Xc) + 1.0 / self.alpha_
+        return mean, np.sqrt(var)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean log predictive density of the targets (Normal(mean, sd) of ``predict``)."""
+        mean, sd = self.predict(X, return_std=True)
+        y = np.asarray(y, dtype=float).ravel()
+        lp = stats.norm.logpdf(y, mean, sd)
+        return float(np.average(lp, weights=sample_weight))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.regressor_tags.poor_score = True   # score is a log density, not R^2
+        return tags
+
+
+class _CoefTol:
+    """scikit-learn's stopping rule of BayesianRidge / ARDRegression:
+    sum |coef_t - coef_{t-1}| < tol (read from q(w) through ``fit(callback=)``)."""
+
+    def __init__(self, w, tol):
+        self.w, self.tol, self.prev, self.n_iter = w, tol, None, 0
+
+    def __call__(self, it, elbo):
+        self.n_iter = it
+        m = np.array(self.w.posterior.mean, dtype=float)
+        done = self.prev is not None and np.sum(np.abs(m - self.prev)) < self.tol
+        self.prev = m
+        return done
+
+
+class BayesianRidge(_EvidenceRegression):
+    """scikit-learn's BayesianRidge (one weight precision lambda_, noise precision
+    alpha_, both type-II ML with Gamma hyperpriors) as zoo linreg with
+    ``ard=False, hyper="evidence"`` fitted by EM. ``tol``: scikit-learn's rule, the
+    sum of the absolute changes of the coefficients."""
+
+    def __init__(self, *, max_iter=300, tol=1e-3, alpha_1=1e-6, alpha_2=1e-6, lambda_1=1e-6,
+                 lambda_2=1e-6, fit_intercept=True):
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_1 = alpha_1
+        self.alpha_2 = alpha_2
+        self.lambda_1 = lambda_1
+        self.lambda_2 = lambda_2
+        self.fit_intercept = fit_intercept
+
+    def fit(self, X, y):
+        return self._fit(X, y)
+
+
+class ARDRegression(_EvidenceRegression):
+    """scikit-learn's ARDRegression (one precision per weight, type-II ML) as zoo
+    linreg with ``ard=True, hyper="evidence"``; coefficients whose precision exceeds
+    ``threshold_lambda`` are set to 0, as scikit-learn prunes them."""
+
+    _ard = True
+
+    def __init__(self, *, max_iter=300, tol=1e-3, alpha_1=1e-6, alpha_2=1e-6, lambda_1=1e-6,
+                 lambda_2=1e-6, threshold_lambda=1e4, fit_intercept=True):
+        self.max_iter = max_iter
+        self.tol = tol
+        self.alpha_1 = alpha_1
+        self.alpha_2 = alpha_2
+        self.lambda_1 = lambda_1
+        self.lambda_2 = lambda_2
+        self.threshold_lambda = threshold_lambda
+        self.fit_intercept = fit_intercept
+
+    def fit(self, X, y):
+        self._fit(X, y)
+        pruned = self.lambda_ > self.threshold_lambda
+        if pruned.any():
+            self.coef_[pruned] = 0.0
+            if self.fit_intercept:
+                self.intercept_ = float(self._model.meta["offset"][0] - self.X_offset_ @ self.coef_)
+        return self
