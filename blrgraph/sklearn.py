@@ -373,3 +373,161 @@ class ARDRegression(_EvidenceRegression):
             if self.fit_intercept:
                 self.intercept_ = float(self._model.meta["offset"][0] - self.X_offset_ @ self.coef_)
         return self
+
+
+# ------------------------------------------------------------------------------- classification
+class BayesianLogisticRegression(BaseEstimator):
+    """Bayesian logistic regression (zoo ``logreg``, fit("ncvmp")): two classes, q(w)
+    Gaussian. ``prior``: "fixed" (precision ``prior_precision``), "gamma" or "ard"
+    (learnt precisions); ``standardize`` as the zoo's. ``predict_proba`` = E_q[sigmoid];
+    ``score`` = mean log predictive probability of the held-out labels."""
+
+    def __init__(self, *, prior="fixed", prior_precision=1.0, fit_intercept=True, standardize=True,
+                 max_iter=2000, tol=1e-10):
+        self.prior = prior
+        self.prior_precision = prior_precision
+        self.fit_intercept = fit_intercept
+        self.standardize = standardize
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def fit(self, X, y):
+        from sklearn.utils.multiclass import check_classification_targets
+        from blrgraph.zoo import logreg
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        if len(self.classes_) != 2:
+            raise ValueError(f"BayesianLogisticRegression: Only binary classification is supported. "
+                             f"y has {len(self.classes_)} classes ({self.classes_[:5]}); for more, "
+                             f"fit one model per class (sklearn.multiclass.OneVsRestClassifier)")
+        if not (np.isscalar(self.prior_precision) and self.prior_precision > 0):
+            raise ValueError(f"BayesianLogisticRegression: prior_precision must be > 0, got "
+                             f"{self.prior_precision!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            model = logreg.build((X, codes.astype(float)), intercept=self.fit_intercept, prior=self.prior,
+                                 prior_precision=self.prior_precision, standardize=self.standardize)
+        fit = _fit_quietly(model, logreg.DEFAULT_METHOD, max_iter=self.max_iter, tol=self.tol)
+        self._model = model
+        m, S = _weights(model)
+        k = int(self.fit_intercept)
+        self.coef_ = m[None, k:]
+        self.intercept_ = np.array([m[0] if k else 0.0])
+        self.coef_cov_ = S
+        self.n_iter_ = len(fit.elbo_trace)
+        return self
+
+    def predict_proba(self, X):
+        from blrgraph.zoo import logreg
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        p1 = np.clip(logreg.predict_proba(self._model, X), 0.0, 1.0)
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict_log_proba(self, X):
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def decision_function(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return X @ self.coef_[0] + self.intercept_[0]
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
+
+    def score(self, X, y, sample_weight=None):
+        """Mean log predictive probability of the labels y."""
+        check_is_fitted(self)
+        p = self.predict_proba(X)
+        idx = np.searchsorted(self.classes_, np.asarray(y))
+        idx = np.clip(idx, 0, 1)
+        known = self.classes_[idx] == np.asarray(y)
+        with np.errstate(divide="ignore"):
+            lp = np.where(known, np.log(p[np.arange(len(p)), idx]), -np.inf)
+        return float(np.average(lp, weights=sample_weight))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "classifier"
+        from sklearn.utils import ClassifierTags
+        tags.classifier_tags = ClassifierTags(multi_class=False)
+        return tags
+
+
+def _weights(model):
+    from blrgraph import io
+    m, S = io.weights_posterior(model)
+    return np.asarray(m, dtype=float), np.asarray(S, dtype=float)
+
+
+# ------------------------------------------------------------------------------- PCA
+class ProbabilisticPCA(TransformerMixin, BaseEstimator):
+    """Bayesian PCA (zoo ``pca``: ARD on the loadings, mean-field VB). ``noise``:
+    "isotropic" (probabilistic PCA) or "diagonal" (factor analysis). ``transform``:
+    E[x | y] under the fitted W, mu, tau; ``inverse_transform``: E[W] x + E[mu];
+    ``score``: mean log density of y under the Gaussian with the posterior predictive's
+    mean E[mu] and covariance E[W W^T] + E[1/tau] (moment-matched)."""
+
+    def __init__(self, n_components=2, *, noise="isotropic", max_iter=1000, tol=1e-7, random_state=None):
+        self.n_components = n_components
+        self.noise = noise
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        from blrgraph.zoo import pca
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        D = X.shape[1]
+        if D < 2:
+            raise ValueError(f"ProbabilisticPCA: needs at least 2 features, got n_features = {D}")
+        k = self.n_components
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= D:
+            raise ValueError(f"ProbabilisticPCA: n_components must be an integer in 1..n_features "
+                             f"({D}), got {k!r}")
+        model = pca.build(X, k=k, noise=self.noise)
+        fit = _fit_quietly(model, "vmp", max_iter=self.max_iter, tol=self.tol,
+                           seed=_seed(self.random_state))
+        self._model = model
+        meta = model.meta
+        W = model["W"].posterior
+        self.components_ = np.asarray(W.mean, dtype=float).T            # (k, D), fit scale
+        self._WW = np.einsum("dk,dl->kl", W.mean, W.mean) + np.asarray(W.cov).sum(axis=0)
+        self._WWt = W.mean @ W.mean.T + np.diag(np.trace(W.cov, axis1=1, axis2=2))
+        self.mean_ = meta["center"] + np.asarray(model["mu"].posterior.mean) * meta["scale"]
+        t = model["tau"].posterior
+        self._tau = np.broadcast_to(np.asarray(t.mean, dtype=float), (D,))
+        p = t.params
+        self.noise_variance_ = np.broadcast_to(p["rate"] / (p["shape"] - 1.0), (D,)).astype(float)
+        self.lower_bound_ = float(fit.elbo)
+        self.n_iter_ = len(fit.elbo_trace)
+        return self
+
+    def _centred(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return (X - self.mean_) / self._model.meta["scale"]
+
+    def transform(self, X):
+        Y = self._centred(X)
+        Wt = self.components_ * self._tau                                # E[W]^T diag(tau)
+        prec = np.eye(len(Wt)) + np.einsum("kd,ld->kl", self.components_ * self._tau, self.components_) \
+            + (self._WW - self.components_ @ self.components_.T) * self._tau.mean()
+        return np.linalg.solve(prec, Wt @ Y.T).T
+
+    def inverse_transform(self, X):
+        check_is_fitted(self)
+        return (np.asarray(X, dtype=float) @ self.components_) * self._model.meta["scale"] + self.mean_
+
+    def score_samples(self, X):
+        Y = self._centred(X)
+        scale = self._model.meta["scale"]
+        C = self._WWt + np.diag(self.noise_variance_)
+        lp = stats.multivariate_normal(np.zeros(len(C)), C, allow_singular=True).logpdf(Y)
+        return np.atleast_1d(lp) - np.log(scale).sum()
+
+    def score(self, X, y=None):
+        return float(np.mean(self.score_samples(X)))

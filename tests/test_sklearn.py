@@ -16,13 +16,16 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from blrgraph.sklearn import ARDRegression, BayesianGaussianMixture, BayesianRidge
+from blrgraph.sklearn import (ARDRegression, BayesianGaussianMixture, BayesianLogisticRegression,
+                              BayesianRidge, ProbabilisticPCA)
 
 # checks skipped, each with its reason (listed in docs/sklearn.md)
 EXPECTED_FAILED = {
     "BayesianGaussianMixture": {},
     "BayesianRidge": {},
     "ARDRegression": {},
+    "ProbabilisticPCA": {},
+    "BayesianLogisticRegression": {},
 }
 
 
@@ -31,7 +34,9 @@ def _expected(est):
 
 
 @parametrize_with_checks([BayesianGaussianMixture(n_components=2, max_iter=20),
-                          BayesianRidge(max_iter=30), ARDRegression(max_iter=30)],
+                          BayesianRidge(max_iter=30), ARDRegression(max_iter=30),
+                          ProbabilisticPCA(n_components=2, max_iter=50, tol=1e-4),
+                          BayesianLogisticRegression(max_iter=50, tol=1e-6)],
                          expected_failed_checks=_expected)
 def test_sklearn_checks(estimator, check):
     with warnings.catch_warnings():
