@@ -1,4 +1,4 @@
-"""bg.StickBreaking: truncated Dirichlet-process weights (docs/math.md §3.5).
+"""bg.StickBreaking: truncated Dirichlet-process weights (docs/math.md §3.6).
 
 * its moments are E[log pi_k] = E[log v_k] + sum_{j<k} E[log(1 - v_j)] and its
   message to the sticks is (N_k, sum_{j>k} N_j) (a finite-difference gradient);

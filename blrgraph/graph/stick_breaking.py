@@ -1,4 +1,4 @@
-"""Truncated Dirichlet-process weights by stick breaking (docs/math.md §3.5).
+"""Truncated Dirichlet-process weights by stick breaking (docs/math.md §3.6).
 
     v_k ~ Beta(1, gamma)                              k = 1..K-1  (v_K = 1)
     pi_k = v_k prod_{j<k} (1 - v_j)
