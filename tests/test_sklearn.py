@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from blrgraph.sklearn import (ARDRegression, BayesianGaussianMixture, BayesianLogisticRegression,
-                              BayesianRidge, ProbabilisticPCA)
+                              BayesianRidge, LatentDirichletAllocation, ProbabilisticPCA)
 
 # checks skipped, each with its reason (listed in docs/sklearn.md)
 EXPECTED_FAILED = {
@@ -26,6 +26,7 @@ EXPECTED_FAILED = {
     "ARDRegression": {},
     "ProbabilisticPCA": {},
     "BayesianLogisticRegression": {},
+    "LatentDirichletAllocation": {},
 }
 
 
@@ -36,7 +37,8 @@ def _expected(est):
 @parametrize_with_checks([BayesianGaussianMixture(n_components=2, max_iter=20),
                           BayesianRidge(max_iter=30), ARDRegression(max_iter=30),
                           ProbabilisticPCA(n_components=2, max_iter=50, tol=1e-4),
-                          BayesianLogisticRegression(max_iter=50, tol=1e-6)],
+                          BayesianLogisticRegression(max_iter=50, tol=1e-6),
+                          LatentDirichletAllocation(n_components=2, max_iter=5)],
                          expected_failed_checks=_expected)
 def test_sklearn_checks(estimator, check):
     with warnings.catch_warnings():
@@ -125,3 +127,49 @@ def test_pipeline_and_clone(diabetes):
     m, s = br.predict(X[300:], return_std=True)
     want = np.mean(-0.5 * np.log(2 * np.pi * s ** 2) - 0.5 * ((y[300:] - m) / s) ** 2)
     np.testing.assert_allclose(br.score(X[300:], y[300:]), want, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    rng = np.random.default_rng(0)
+    topics = rng.dirichlet(0.2 * np.ones(30), size=3)
+    theta = rng.dirichlet(0.3 * np.ones(3), size=80)
+    return np.array([rng.multinomial(60, t @ topics) for t in theta])
+
+
+def _sklearn_lda_at(components, X, **kw):
+    """scikit-learn's LDA with its topics set to ``components``."""
+    from scipy.special import digamma
+    from sklearn.decomposition import LatentDirichletAllocation as SkLDA
+    sk = SkLDA(n_components=len(components), max_iter=1, random_state=0, **kw).fit(X)
+    sk.components_ = components.copy()
+    sk.exp_dirichlet_component_ = np.exp(digamma(components)
+                                         - digamma(components.sum(axis=1, keepdims=True)))
+    return sk
+
+
+def test_lda_perplexity_and_transform_are_sklearns(corpus):
+    """With the same topics and E-steps run to convergence, perplexity (scikit-learn's
+    definition) agrees to 1e-10 and the topic mixtures to 1e-8; score is the mean of the
+    documents' bounds."""
+    X = corpus
+    ours = LatentDirichletAllocation(n_components=3, random_state=0, max_iter=30,
+                                     mean_change_tol=1e-9, max_doc_update_iter=3000).fit(X)
+    sk = _sklearn_lda_at(ours.components_, X, mean_change_tol=1e-9, max_doc_update_iter=3000)
+    np.testing.assert_allclose(ours.perplexity(X), sk.perplexity(X), rtol=1e-10)
+    np.testing.assert_allclose(ours.transform(X), sk.transform(X), atol=1e-8)
+    topics = ours._topic_term()
+    np.testing.assert_allclose(ours.score(X) * len(X) + topics, sk.score(X), rtol=1e-10)
+
+
+def test_lda_partial_fit_is_sklearns_online_step(corpus):
+    X = corpus
+    ours = LatentDirichletAllocation(n_components=3, random_state=0, total_samples=400,
+                                     mean_change_tol=1e-10, max_doc_update_iter=3000)
+    ours.partial_fit(X[:40])
+    sk = _sklearn_lda_at(ours.components_, X, total_samples=400, mean_change_tol=1e-10,
+                         max_doc_update_iter=3000)
+    sk.n_batch_iter_ = ours.n_batch_iter_
+    ours.partial_fit(X[40:])
+    sk.partial_fit(X[40:])
+    np.testing.assert_allclose(ours.components_, sk.components_, rtol=1e-7)
