@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from blrgraph.sklearn import (ARDRegression, BayesianGaussianMixture, BayesianLogisticRegression,
-                              BayesianRidge, LatentDirichletAllocation, ProbabilisticPCA)
+                              BayesianRidge, GaussianHMM, LatentDirichletAllocation, ProbabilisticPCA)
 
 # checks skipped, each with its reason (listed in docs/sklearn.md)
 EXPECTED_FAILED = {
@@ -27,6 +27,13 @@ EXPECTED_FAILED = {
     "ProbabilisticPCA": {},
     "BayesianLogisticRegression": {},
     "LatentDirichletAllocation": {},
+    "GaussianHMM": {
+        "check_methods_subset_invariance": "rows are the time steps of one sequence: a subset of "
+                                           "the rows is another sequence, with other state "
+                                           "probabilities",
+        "check_methods_sample_order_invariance": "rows are the time steps of one sequence: "
+                                                 "reordered rows are another sequence",
+    },
 }
 
 
@@ -38,7 +45,8 @@ def _expected(est):
                           BayesianRidge(max_iter=30), ARDRegression(max_iter=30),
                           ProbabilisticPCA(n_components=2, max_iter=50, tol=1e-4),
                           BayesianLogisticRegression(max_iter=50, tol=1e-6),
-                          LatentDirichletAllocation(n_components=2, max_iter=5)],
+                          LatentDirichletAllocation(n_components=2, max_iter=5),
+                          GaussianHMM(n_components=2, n_iter=10)],
                          expected_failed_checks=_expected)
 def test_sklearn_checks(estimator, check):
     with warnings.catch_warnings():
@@ -173,3 +181,45 @@ def test_lda_partial_fit_is_sklearns_online_step(corpus):
     ours.partial_fit(X[40:])
     sk.partial_fit(X[40:])
     np.testing.assert_allclose(ours.components_, sk.components_, rtol=1e-7)
+
+
+def _hmm_data():
+    rng = np.random.default_rng(0)
+    A = np.array([[0.9, 0.1, 0.0], [0.05, 0.9, 0.05], [0.1, 0.0, 0.9]])
+    means = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    X, Z = [], []
+    for T in (150, 100):
+        z = [0]
+        for _ in range(T - 1):
+            z.append(rng.choice(3, p=A[z[-1]]))
+        X.append(means[z] + rng.normal(size=(T, 2)))
+        Z.append(z)
+    return np.vstack(X), np.concatenate(Z), [150, 100]
+
+
+@pytest.mark.parametrize("cov", ["diag", "full"])
+def test_hmm_decodes_as_the_engine_and_recovers_states(cov):
+    """predict_proba of the training sequences equals the engine's q(z) (the zoo's
+    states()) to 1e-12 and predict its Viterbi path; the states are recovered, and
+    hmmlearn's Viterbi under the fitted means (startprob_, transmat_, means_, covars_)
+    gives the same path."""
+    from hmmlearn.hmm import GaussianHMM as HL
+    from sklearn.metrics import adjusted_rand_score
+
+    from blrgraph.zoo import hmm
+    X, Z, L = _hmm_data()
+    est = GaussianHMM(3, covariance_type=cov, random_state=0).fit(X, lengths=L)
+    st = hmm.states(est._model)
+    np.testing.assert_allclose(est.predict_proba(X, L), st[["p0", "p1", "p2"]].to_numpy(), atol=1e-12)
+    path = est.predict(X, L)
+    np.testing.assert_array_equal(path, st["state"].to_numpy())
+    assert adjusted_rand_score(Z, path) > 0.95
+    hl = HL(3, covariance_type="full", init_params="", params="")
+    hl.startprob_, hl.transmat_ = est.startprob_, est.transmat_ / est.transmat_.sum(1, keepdims=True)
+    hl.means_, hl.covars_ = est.means_, est.covars_
+    assert adjusted_rand_score(hl.predict(X, L), path) > 0.99
+    log_prob, post = est.score_samples(X, L)
+    np.testing.assert_allclose(post, est.predict_proba(X, L))
+    np.testing.assert_allclose(est.score(X, lengths=L), log_prob / len(X), rtol=1e-14)
+    Xs, states = est.sample(30)
+    assert Xs.shape == (30, 2) and states.shape == (30,)
