@@ -9,7 +9,7 @@ from . import closed_form, families
 from .graph import GaussianMarkovChain
 from .graph import (Add, Bernoulli, Beta, Binomial, Categorical, CategoricalMarkovChain, Dirichlet,
                     Dot, Exponential, Gamma, Gate, Mixture, Multinomial, MultivariateNormal, Normal,
-                    NormalGamma, NormalWishart, Poisson, Potential, Wishart)
+                    NormalGamma, NormalWishart, Poisson, Potential, StickBreaking, Wishart)
 from .graph.predictive import log_predictive
 from .inference import METHODS, FitResult, Method, elbo
 from .model import Model
@@ -19,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = ["Add", "Bernoulli", "Beta", "Binomial", "Categorical", "CategoricalMarkovChain",
            "Dirichlet", "Dot", "Exponential", "Gamma", "GaussianMarkovChain", "Gate", "Mixture",
            "Model", "Multinomial", "MultivariateNormal", "Normal", "NormalGamma", "NormalWishart",
-           "Poisson", "Potential", "Wishart", "FitResult", "METHODS", "Method", "elbo",
+           "Poisson", "Potential", "StickBreaking", "Wishart", "FitResult", "METHODS", "Method", "elbo",
            "closed_form", "families", "log_predictive"]

@@ -54,31 +54,53 @@ DEFAULT_METHOD = "vmp"
 DESCRIPTION = "Gaussian mixture (full or diagonal covariance), K chosen by the user"
 
 
-def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
+def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01, weights="dirichlet",
+          m0=None, nu0=None, cov0=None):
     """A K-component Gaussian mixture over the numeric ``columns`` of ``data``
-    (a DataFrame, a CSV path or an (N, D) array; NaN = missing)."""
+    (a DataFrame, a CSV path or an (N, D) array; NaN = missing).
+
+    ``weights="dirichlet"``: w ~ Dirichlet(alpha * ones(K)); ``"dirichlet_process"``:
+    stick-breaking weights ``bg.StickBreaking(alpha, K, truncated=False)`` (scikit-learn's
+    "dirichlet_process" prior: unused components empty out). ``m0``, ``nu0``, ``cov0``
+    replace the data-scaled priors (scikit-learn's mean_prior, degrees_of_freedom_prior,
+    covariance_prior): full, Lambda_k ~ Wishart(nu0, inv(cov0)); diag,
+    tau_dk ~ Gamma(nu0 / 2, cov0_d / 2)."""
     k = int(k)
     if k < 1:
         raise ValueError(f"gmm: k must be >= 1, got {k}")
     if covariance not in ("full", "diag"):
         raise ValueError(f"gmm: covariance must be 'full' or 'diag', got {covariance!r}")
+    if weights not in ("dirichlet", "dirichlet_process"):
+        raise ValueError(f"gmm: weights must be 'dirichlet' or 'dirichlet_process', got {weights!r}")
     table = io.encode_table(data, columns)
     table.require_numeric("the Gaussian mixture (gmm)", alternative="mixed_mixture")
     X, mask = table.numeric_array(), table.mask()
     N, D = X.shape
-    m0, C = io.observed_mean_cov(X, mask)
+    mean, C = io.observed_mean_cov(X, mask)
+    m0 = mean if m0 is None else np.asarray(m0, dtype=float) * np.ones(D)
 
-    w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    if weights == "dirichlet":
+        w = bg.Dirichlet(alpha * np.ones(k), name="weights")
+    else:
+        w = bg.StickBreaking(alpha, k, truncated=False, name="weights")
     if covariance == "full":
-        nu0 = D + 2.0
-        theta = bg.NormalWishart(m0, beta0, nu0, D * np.linalg.inv(C) / nu0, plates=(k,),
-                                 name="theta")
+        if nu0 is None and cov0 is None:
+            nu0 = D + 2.0
+            W0 = D * np.linalg.inv(C) / nu0
+        else:
+            nu0 = D + 2.0 if nu0 is None else float(nu0)
+            W0 = np.linalg.inv(C if cov0 is None else np.atleast_2d(np.asarray(cov0, dtype=float)))
+        theta = bg.NormalWishart(m0, beta0, nu0, W0, plates=(k,), name="theta")
         z = bg.Categorical(w, plates=(N,), name="z")
         # a per-cell mask: missing coordinates of a row are latent (every observed cell counts)
         x = bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X, mask=mask)
     else:
-        a0 = 1.0
-        b0 = a0 * np.diag(C) / D
+        if nu0 is None and cov0 is None:
+            a0 = 1.0
+            b0 = a0 * np.diag(C) / D
+        else:
+            a0 = 1.0 if nu0 is None else 0.5 * float(nu0)
+            b0 = 0.5 * (np.diag(C) if cov0 is None else np.asarray(cov0, dtype=float) * np.ones(D))
         theta = bg.NormalGamma(m0[:, None] * np.ones((D, k)), beta0, a0, b0[:, None] * np.ones((D, k)),
                                plates=(D, k), name="theta")
         z = bg.Categorical(w, plates=(N, 1), name="z")   # one z per row, shared by its D cells
@@ -92,7 +114,7 @@ def build(data, k=3, columns=None, covariance="full", alpha=1.0, beta0=0.01):
     # rho_t = (t + 1)^-0.7; the first minibatch starts from k-means++ seeds
     svi_options = {"batch_size": min(N, 1000), "epochs": 10, "init": "kmeans++"}
     model.meta = {"zoo": NAME, "table": table, "columns": table.numeric, "X": X, "mask": mask,
-                  "k": k, "covariance": covariance, "fit_options": fit_options,
+                  "k": k, "covariance": covariance, "weights": weights, "fit_options": fit_options,
                   "fit_options_by_method": {"svi": svi_options}}
     return model
 

@@ -33,6 +33,18 @@ linear map of the Gaussian posterior); the summary's prior_precision is on the f
     linreg.predict(fit, new_rows)              # (M,) predictive means
     mean, var = linreg.predictive_moments(fit, new_rows)   # posterior predictive
     linreg.predict_table(fit, new_rows)        # mean, sd and 95% predictive interval per row
+
+``hyper="evidence"`` is scikit-learn's BayesianRidge (``ard=False``) and ARDRegression
+(``ard=True``): the precisions alpha and tau are point estimates that maximise the
+evidence p(y | alpha, tau) (w integrated out) times Gamma hyperpriors on their log
+scale, MacKay's type-II maximum likelihood; the intercept is unpenalised (the columns
+and the target are centred, intercept = y-bar - x-bar . m). In the graph the precisions
+are point masses of fit("em") whose Gamma prior has shape a + 1: the mode of
+Gamma(a + 1 + P/2, b + E[w.w]/2) is scikit-learn's fixed point (docs/models/linreg.md)::
+
+    model = linreg.build((X, y), ard=False, hyper="evidence", standardize=False,
+                         weight_prior=(1e-6, 1e-6), noise_prior=(1e-6, 1e-6))
+    fit = model.fit("em", **model.meta["fit_options_by_method"]["em"])
 """
 from __future__ import annotations
 
@@ -48,26 +60,82 @@ DESCRIPTION = "Bayesian linear regression, Gamma noise precision, optional ARD (
 
 
 def build(data, target=None, columns=None, ard=True, intercept=True, a0=1e-3, b0=1e-3,
-          standardize=True):
-    """Linear regression of ``target`` on ``columns`` (see the module docstring)."""
+          standardize=True, hyper="vb", weight_prior=None, noise_prior=None):
+    """Linear regression of ``target`` on ``columns`` (see the module docstring).
+    ``weight_prior`` / ``noise_prior``: the (shape, rate) of the Gamma hyperpriors of
+    the weights' precision alpha and of the noise precision tau (default ``(a0, b0)``
+    for both). ``hyper="vb"``: q(alpha) q(tau) Gamma (mean-field VB, fit("vmp"));
+    ``"evidence"``: alpha and tau are type-II maximum-likelihood point estimates, as
+    scikit-learn's BayesianRidge / ARDRegression (fit("em"), options in
+    ``model.meta["fit_options_by_method"]["em"]``)."""
+    if hyper not in ("vb", "evidence"):
+        raise ValueError(f"linreg: hyper must be 'vb' (Gamma posteriors, mean-field VB) or "
+                         f"'evidence' (type-II ML as scikit-learn's BayesianRidge), got {hyper!r}")
+    (la, lb), (na, nb) = (_gamma_prior(p, a0, b0, what)
+                          for p, what in ((weight_prior, "weight_prior"), (noise_prior, "noise_prior")))
+    evidence = hyper == "evidence"
     d = io.design_matrix(data, target, columns, intercept=intercept, target_kind="numeric",
-                         standardize=standardize, name=NAME, what="linear regression")
-    P = len(d.terms)
+                         standardize=standardize and not evidence, name=NAME,
+                         what="linear regression")
+    meta = d.meta()
+    if evidence:       # Gamma(a + 1, b): its mode on the precision is the log-scale MAP
+        X_fit, y_fit, meta["to_original"], meta["offset"] = _centred(d, standardize)
+        la, na = la + 1.0, na + 1.0
+    else:
+        X_fit, y_fit = d.X_fit, d.y_fit
+    P = X_fit.shape[1]
 
-    alpha = bg.Gamma(a0, b0, plates=(P,) if ard else (), name="alpha")
+    alpha = bg.Gamma(la, lb, plates=(P,) if ard else (), name="alpha")
     w = bg.MultivariateNormal(np.zeros(P), alpha, name="w")
-    tau = bg.Gamma(a0, b0, name="tau")
+    tau = bg.Gamma(na, nb, name="tau")
     # masked rows get placeholder covariates (X_fit) and targets (y_fit)
-    yv = bg.Normal(bg.Dot(d.X_fit, w), tau, name="y").observe(d.y_fit, mask=d.observed)
+    yv = bg.Normal(bg.Dot(X_fit, w), tau, name="y").observe(y_fit, mask=d.observed)
 
     model = bg.Model(yv)
-    model.meta = {"zoo": NAME, **d.meta(), "ard": ard,
-                  "fit_options": {"max_iter": 2000, "tol": 1e-10}}
+    fit_options = {"max_iter": 2000, "tol": 1e-10}
+    model.meta = {"zoo": NAME, **meta, "ard": ard, "hyper": hyper, "fit_options": fit_options,
+                  "fit_options_by_method": {"em": {**fit_options, "point": ["alpha", "tau"]}}}
     return model
 
 
+def _gamma_prior(prior, a0, b0, what):
+    a, b = (a0, b0) if prior is None else prior
+    if not (np.isfinite(a) and np.isfinite(b) and a > 0 and b > 0):
+        raise ValueError(f"linreg: {what} must be a pair (shape, rate) of positive numbers, "
+                         f"got {prior!r}")
+    return float(a), float(b)
+
+
+def _centred(d, standardize):
+    """scikit-learn's centring for ``hyper="evidence"``: the predictors (and, with an
+    intercept, the target) minus their means over the fitted rows, the predictors
+    scaled by their sd if ``standardize`` (columns with more than two values). Returns
+    (X_fit, y_fit, A, offset) with the weights on the original scale A m + offset:
+    the intercept (first) is y-bar - x-bar . m, unpenalised."""
+    rows, k = d.observed, int(d.recipe["intercept"])
+    X = d.X[:, k:]
+    xbar = X[rows].mean(axis=0) if k else np.zeros(X.shape[1])
+    s = np.ones(X.shape[1])
+    if standardize:
+        for j in range(X.shape[1]):
+            col = X[rows, j]
+            if len(np.unique(col)) > 2 and np.std(col) > 0:
+                s[j] = np.std(col)
+    ybar = d.y[rows].mean() if k else 0.0
+    X_fit = np.where(np.isfinite(X), (X - xbar) / s, 0.0)
+    y_fit = np.where(rows, d.y - ybar, 0.0)
+    A = np.diag(1.0 / s)
+    offset = np.zeros(X.shape[1])
+    if k:
+        A = np.vstack([-xbar / s, A])
+        offset = np.concatenate([[ybar], offset])
+    return X_fit, y_fit, A, offset
+
+
 def _noise_variance(model):
-    """E[1/tau] = b / (a - 1) under q(tau) = Gamma(a, b)."""
+    """E[1/tau] = b / (a - 1) under q(tau) = Gamma(a, b); 1/tau for a point estimate."""
+    if io.is_point(model, "tau"):
+        return 1.0 / model["tau"].posterior.point
     p = model["tau"].posterior.params
     return p["rate"] / (p["shape"] - 1.0)
 
@@ -140,8 +208,11 @@ def predictive_interval(fit, X_new, level=0.95, n_tau=256):
     ``n_tau`` quantiles of q(tau) (midpoints in probability) and inverted by bisection."""
     model = io.fitted_model(fit, NAME)
     m, v = io.linear_predictor(model, X_new)
-    p = model["tau"].posterior.params
-    tau = stats.gamma.ppf((np.arange(n_tau) + 0.5) / n_tau, p["shape"], scale=1.0 / p["rate"])
+    if io.is_point(model, "tau"):                                  # hyper="evidence": tau fixed
+        tau = np.atleast_1d(model["tau"].posterior.point)
+    else:
+        p = model["tau"].posterior.params
+        tau = stats.gamma.ppf((np.arange(n_tau) + 0.5) / n_tau, p["shape"], scale=1.0 / p["rate"])
     sd = np.sqrt(v[:, None] + 1.0 / tau[None, :])                  # (M, n_tau)
 
     def cdf(y):
@@ -178,11 +249,18 @@ def summarize(fit, level=0.95):
     pd = io.require_pandas()
     model = io.fitted_model(fit, NAME)
     m, S = io.weights_posterior(model)
-    weights = io.weights_summary(model.meta["terms"], m, S, level,
-                                 prior_precision=io.prior_precision(model))
+    prec = io.prior_precision(model)
+    if len(prec) < len(m):                   # hyper="evidence": the intercept is unpenalised
+        prec = np.concatenate([[0.0], prec])
+    weights = io.weights_summary(model.meta["terms"], m, S, level, prior_precision=prec)
+    lo_name, hi_name = io.interval_names(level)
+    if io.is_point(model, "tau"):            # a type-II ML estimate: no spread
+        t = float(model["tau"].posterior.point)
+        tau = {"term": "noise precision (tau)", "mean": t, "sd": 0.0, lo_name: t, hi_name: t,
+               "prior_precision": np.nan}
+        return pd.concat([weights, pd.DataFrame([tau])], ignore_index=True)
     p = model["tau"].posterior.params
     g = stats.gamma(p["shape"], scale=1.0 / p["rate"])
-    lo_name, hi_name = io.interval_names(level)
     tau = {"term": "noise precision (tau)", "mean": g.mean(), "sd": g.std(),
            lo_name: g.ppf(0.5 - level / 2), hi_name: g.ppf(0.5 + level / 2),
            "prior_precision": np.nan}

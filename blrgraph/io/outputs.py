@@ -97,12 +97,13 @@ def point_table(df, posterior_sd=("mean_sd",), value="mean"):
 
 
 def mixture_weights(model, node="weights"):
-    """E[w_k] = alpha_k / sum(alpha) of a Dirichlet weights node; for a point mass (EM),
-    the point (the MAP weights)."""
+    """E[w_k] = alpha_k / sum(alpha) of a Dirichlet weights node (of StickBreaking weights:
+    E[pi_k], normalised when the last stick is a Beta too); for a point mass (EM), the
+    point (the MAP weights)."""
     if is_point(model, node):
         return np.asarray(model[node].posterior.point, dtype=float)
-    alpha = model[node].posterior.params["alpha"]
-    return alpha / alpha.sum()
+    w = np.asarray(model[node].posterior.mean, dtype=float)
+    return w / w.sum()
 
 
 def write_assignments(resp, index, out_dir, label="component"):

@@ -14,12 +14,15 @@ from .design import design_rows
 def weights_posterior(model, node="w"):
     """Posterior mean and covariance of the regression weights on the original scale
     of the columns: (A m, A S A^T) with A = ``model.meta["to_original"]`` (exact: a
-    linear map of the Gaussian q(w))."""
+    linear map of the Gaussian q(w)); plus ``model.meta["offset"]`` when the fit centred
+    the target (linreg's ``hyper="evidence"``: the intercept is y-bar - x-bar . m)."""
     q = model[node].posterior
     A = model.meta.get("to_original")
     if A is None:
         return q.mean, q.cov
-    return A @ q.mean, A @ q.cov @ A.T
+    m = A @ q.mean
+    c = model.meta.get("offset")
+    return (m if c is None else m + np.asarray(c, dtype=float)), A @ q.cov @ A.T
 
 
 def linear_predictor(model, X_new, node="w"):
