@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import gammaln, logsumexp
 
+from ..families._scalar_helpers import beta_binomial_logpmf
 from ..families.base import object_array
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
@@ -222,9 +223,25 @@ def student_t(df, loc, scale2, plates, shift=None):
                        {"df": df, "loc": loc, "scale2": scale2}, plates, shift=shift)
 
 
+class BetaBinomial(ScipyScalar):
+    """scipy's betabinom, with a log pmf that keeps its digits for n up to 2**53
+    (:func:`~blrgraph.families._scalar_helpers.beta_binomial_logpmf`)."""
+
+    def logpdf(self, values):
+        p = self._params
+        return beta_binomial_logpmf(values, p["n"], p["a"], p["b"])
+
+    def _take(self, idx):
+        sub = {k: v[idx] for k, v in self._params.items()}
+        return beta_binomial(sub["n"], sub["a"], sub["b"], sub["n"].shape)
+
+    def _broadcast(self, plates):
+        return beta_binomial(self._params["n"], self._params["a"], self._params["b"], plates)
+
+
 def beta_binomial(n, a, b, plates):
-    return ScipyScalar("Beta-Binomial", lambda n, a, b: stats.betabinom(n.astype(int), a, b),
-                       {"n": n, "a": a, "b": b}, plates, discrete=True)
+    return BetaBinomial("Beta-Binomial", lambda n, a, b: stats.betabinom(n.astype(np.int64), a, b),
+                        {"n": n, "a": a, "b": b}, plates, discrete=True)
 
 
 def negative_binomial(shape, rate, plates):
