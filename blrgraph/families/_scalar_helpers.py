@@ -282,21 +282,22 @@ def poisson_entropy(rate):
 
 # ---------------------------------------------------------------------------
 # log-gamma differences that keep their digits when the arguments are large
-#: above this, lnΓ(x) itself exceeds ~1e5 and a difference of two lnΓ values loses digits
-_LGAMMA_LARGE = 1e4
+#: from here on Stirling's series (four terms) is exact to double precision, and a
+#: difference of two lnΓ values (each > 360) would lose digits
+_LGAMMA_LARGE = 100.0
 
 
 def _stirling_tail(x):
-    """lnΓ(x) - [(x - 1/2) ln x - x + ln(2π)/2] for x >= _LGAMMA_LARGE (three terms of the
-    series; the next, 1/(1680 x^7), is below 1e-31)."""
+    """lnΓ(x) - [(x - 1/2) ln x - x + ln(2π)/2] for x >= _LGAMMA_LARGE (four terms of the
+    series; the next, 1/(1188 x^9), is below 1e-21)."""
     r = 1.0 / x
     r2 = r * r
-    return r * (1.0 / 12.0 - r2 * (1.0 / 360.0 - r2 / 1260.0))
+    return r * (1.0 / 12.0 - r2 * (1.0 / 360.0 - r2 * (1.0 / 1260.0 - r2 / 1680.0)))
 
 
 def lgamma_diff(x, d):
     """lnΓ(x + d) - lnΓ(x), without the cancellation of two large lnΓ values: for x and
-    x + d both >= 1e4 from Stirling's form written around x,
+    x + d both >= 100 from Stirling's form written around x,
     d ln x + (x + d - 1/2) log1p(d/x) - d + tail(x + d) - tail(x) (docs/math.md §6.2)."""
     x, d = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(d, dtype=float))
     y = x + d
