@@ -63,7 +63,7 @@ def predict_table(fit, data):
     model = io.fitted_model(fit, NAME)
     cols = model.meta["columns"]
     df = io.new_rows(data, cols, NAME)
-    X = df[cols].to_numpy(dtype=float, na_value=np.nan)
+    X = io.numeric_cells(df, cols, NAME)
     p = model["rate"].posterior.params                            # plates (D, K)
     a, b = p["shape"], p["rate"]
     obs = np.isfinite(X)

@@ -144,3 +144,44 @@ def test_save_path_is_checked_before_the_fit(files, tmp_path, monkeypatch, where
     code, _, err = run("fit", "gmm", files / "train.csv", "--k", "2", "--save", where,
                        "--out", tmp_path / "o")
     assert code == 1 and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("cell, message", [
+    ("abc", "new_bad.csv is numeric but holds text in 1 cell(s) (first: line 3 = 'abc')"),
+    ("inf", "new_bad.csv holds an infinite value (line 3)"),
+    ("-inf", "holds an infinite value (line 3)"),
+])
+def test_predict_names_column_and_line_of_a_bad_cell(files, tmp_path, cell, message):
+    path = tmp_path / "new_bad.csv"
+    path.write_text(f"sepal_length,sepal_width\n5.1,3.5\n4.9,{cell}\n")
+    code, _, err = run("predict", files / "zoo.npz", path, "--out", tmp_path / "p")
+    assert code == 1 and message in err and err.count("\n") == 1, err
+    assert err.startswith("blrgraph: error: gmm.predict: column 'sepal_width' in ")
+
+
+def test_an_infinite_cell_is_not_imputed_as_missing_in_python(files):
+    """gmm.predict_proba on an array: inf refused naming row and column; NaN imputed."""
+    gmm = cli.load_model("gmm")
+    saved = load_fit(files / "zoo.npz")
+    with pytest.raises(ValueError, match=r"infinite value \(row 1, column 'sepal_width'\)"):
+        gmm.predict_proba(saved, np.array([[5.1, 3.5], [4.9, np.inf]]))
+    with pytest.raises(TypeError, match="new rows must be numbers"):
+        gmm.predict_proba(saved, np.array([["5.1", "x"]]))
+    r = gmm.predict_proba(saved, np.array([[5.1, 3.5], [4.9, np.nan]]))
+    np.testing.assert_allclose(r.sum(axis=1), 1.0, rtol=1e-15)
+
+
+@pytest.mark.parametrize("name, train, bad", [
+    ("poisson_mixture", "a,b\n1,2\n3,4\n2,1\n5,6\n0,0\n7,1\n", "a,b\n1,2\n3,{}\n"),
+    ("mixed_mixture", "u,c\n0.1,x\n0.5,y\n4.2,x\n3.9,y\n-0.3,x\n4.4,y\n", "u,c\n0.2,x\n{},y\n"),
+])
+def test_mixture_predictions_refuse_text_and_inf_cells(tmp_path, name, train, bad):
+    (tmp_path / "t.csv").write_text(train)
+    code, _, err = run("fit", name, tmp_path / "t.csv", "--k", "2", "--no-plots",
+                       "--out", tmp_path / "o", "--save", tmp_path / "f.npz")
+    assert code == 0, err
+    for cell, text in (("zz", "holds text in 1 cell(s) (first: line 3 = 'zz')"),
+                       ("inf", "holds an infinite value (line 3)")):
+        (tmp_path / "n.csv").write_text(bad.format(cell))
+        code, _, err = run("predict", tmp_path / "f.npz", tmp_path / "n.csv", "--out", tmp_path / "p")
+        assert code == 1 and f"{name}.predict: column" in err and text in err, err
