@@ -197,7 +197,7 @@ def _check_overrides(method, extra):
         flags = " and ".join("--" + k.replace("_", "-") for k in given)
         raise CLIError(f"{flags} {'is an option' if len(given) == 1 else 'are options'} of "
                        f"--method svi, not of {method!r}")
-    for key, flag in (("seed", "--seed"), ("progress", "--progress")):
+    for key, flag in (("seed", "--seed"), ("progress", "--progress"), ("restarts", "--restarts")):
         if key in extra:
             raise CLIError(f"--fit-option {key}=...: use {flag}")
     return extra
@@ -465,6 +465,9 @@ def _fit_overrides(args):
     out = {"batch_size": args.batch_size, "epochs": args.epochs}
     for text in args.fit_option or []:
         key, value = _parse_option(text, "--fit-option")
+        if value is None:
+            raise CLIError(f"--fit-option {_clip(text)}: give a value, or leave the option out "
+                           f"for its default")
         out[key] = value
     return out
 
@@ -552,6 +555,9 @@ def cmd_predict(args, stdout, stderr):
     if not Path(args.fit).is_file():
         raise CLIError(f"fit file '{args.fit}' not found (write one with 'blrgraph fit MODEL "
                        f"DATA.csv --save {args.fit}')")
+    if args.show < 0:
+        raise CLIError(f"--show {args.show}: give a number of rows >= 0")
+    check_out_dir(args.out)                   # before anything is read or predicted
     saved = load_fit(args.fit)
     module = predict_module(saved, args.fit, getattr(args, "model", None))
     predict = getattr(module, "predict_table", None)

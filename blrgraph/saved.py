@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .graph.node import Posterior
-from .inference.checkpoint import _digest, read_npz
+from .inference.checkpoint import _digest, check_path, read_npz
 from .inference.jsonify import plain as _plain
 
 FORMAT = "blrgraph-fit"
@@ -86,6 +86,7 @@ def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), see
     ``model``: the zoo name of the model; ``model_file``: the path of the user's model
     file instead (its name and SHA-256 are recorded, ``blrgraph predict --model FILE``
     checks them)."""
+    check_path(path, "fit file", write=True)
     m = getattr(fit, "model", fit)
     meta = dict(getattr(m, "meta", {}) or {})
     data, nodes = {}, []

@@ -142,6 +142,15 @@ def check_stream_shape(node, shape):
     return dplates
 
 
+def real_numbers(arr):
+    """True when ``arr`` holds real numbers (an object array of Python ints too: integers
+    too large for a float are refused elsewhere, by size)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind in "biuf":
+        return True
+    return arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.ravel())
+
+
 def check_trials(family, name, n):
     """The fixed number of trials ``n`` of a Binomial or Multinomial: real numbers only, and
     no integer beyond 2**53 (a float, which the likelihood uses, holds every integer only
@@ -150,7 +159,7 @@ def check_trials(family, name, n):
         return
     try:
         arr = np.asarray(n)
-        if np.iscomplexobj(arr):
+        if not real_numbers(arr):             # text, None, complex numbers
             raise TypeError
         big = np.any(np.abs(np.asarray(arr, dtype=float)) > 2.0 ** 53)
     except OverflowError:
