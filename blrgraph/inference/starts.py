@@ -51,7 +51,7 @@ def check_init(model, init, assignments):
     {assignment node: start} (a name or an array)."""
     if init is None:
         return {z: None for z in assignments}
-    if not assignments:
+    if not assignments and not isinstance(init, str):   # a named start may apply to none
         raise ValueError(f"init={str(init)[:40]}: the model has no mixture assignment (the "
                          f"Categorical z of a Mixture) to start from; leave init out")
     if isinstance(init, str):
