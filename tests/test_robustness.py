@@ -405,10 +405,15 @@ def test_checkpoint_save_refuses_bad_paths_before_writing(tmp_path, path, error,
 
 @pytest.mark.parametrize("content, words", [
     (b"garbage", "not an .npz archive"), (b"", "not an .npz archive"),
+    (None, "a single array (.npy), not an .npz archive"),
 ])
 def test_checkpoint_load_of_a_non_npz_file_gives_no_unpickling_advice(tmp_path, content, words):
     f = tmp_path / "c.npz"
-    f.write_bytes(content)
+    if content is None:
+        with open(f, "wb") as fh:
+            np.save(fh, np.ones(3))
+    else:
+        f.write_bytes(content)
     with pytest.raises(ValueError) as e:
         _small_fitted().load(f)
     assert words in str(e.value) and "pickle" not in str(e.value)

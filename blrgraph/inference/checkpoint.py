@@ -119,9 +119,10 @@ def read_npz(path, what="checkpoint"):
     ``__meta__`` (no pickle); ValueError naming ``what`` if it is not one."""
     check_path(path, what)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if not hasattr(z, "files"):           # a bare .npy array, not an archive
-                raise ValueError("a single array (.npy), not an .npz archive")
+        z = np.load(path, allow_pickle=False)
+        if not hasattr(z, "files"):               # a bare .npy array, not an archive
+            raise ValueError("a single array (.npy), not an .npz archive")
+        with z:
             data = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: {what} not found") from None
