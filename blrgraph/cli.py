@@ -6,7 +6,7 @@
                                [--batch-size B] [--epochs E] [--fit-option KEY=VALUE ...]
                                [--out DIR] [--no-plots] [--progress | --no-progress]
                                [--save FIT.npz]
-    blrgraph predict FIT.npz NEW.csv [--out DIR]
+    blrgraph predict FIT.npz NEW.csv [--model MODEL.py] [--out DIR]
     blrgraph demo [--out demo-output] [--k 3] [--seed 2] [--method svi ...]
     blrgraph models
     blrgraph example NAME [--rows N] [--seed 0] [--out DIR]
@@ -214,7 +214,7 @@ def _check_overrides(method, extra):
         names = " or ".join(name for name, m in METHODS.items() if m.stochastic)
         raise CLIError(f"{flags} {'is an option' if len(given) == 1 else 'are options'} of "
                        f"--method {names}, not of {method!r}")
-    for key, flag in (("seed", "--seed"), ("progress", "--progress")):
+    for key, flag in (("seed", "--seed"), ("progress", "--progress"), ("restarts", "--restarts")):
         if key in extra:
             raise CLIError(f"--fit-option {key}=...: use {flag}")
     return extra
@@ -450,6 +450,20 @@ def check_out_dir(out_dir):
         raise CLIError(f"--out {out_dir}: cannot write there{what}; give a writable directory")
 
 
+def check_save_path(save):
+    """--save FIT.npz: a file (not a directory) in an existing, writable directory, checked
+    before fitting so that a long fit is not lost."""
+    path = Path(save)
+    if path.is_dir():
+        raise CLIError(f"--save {save}: is a directory; give a file name such as {path / 'fit.npz'}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CLIError(f"--save {save}: the directory '{parent}' does not exist; create it first "
+                       f"or save elsewhere")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CLIError(f"--save {save}: cannot write there; give a writable location")
+
+
 def _without_plots(extra, fit, out):
     """Run ``write_outputs`` and delete the images it made (--no-plots)."""
     paths = extra(fit, out)
@@ -468,6 +482,9 @@ def _fit_overrides(args):
     out = {"batch_size": args.batch_size, "epochs": args.epochs}
     for text in args.fit_option or []:
         key, value = _parse_option(text, "--fit-option")
+        if value is None:
+            raise CLIError(f"--fit-option {_clip(text)}: give a value, or leave the option out "
+                           f"for its default")
         out[key] = value
     return out
 
@@ -489,6 +506,7 @@ def cmd_fit(args, stdout, stderr):
         table = exclude_columns(table, args.exclude, given)
     if getattr(args, "save", None):
         _check_predictable(module)            # before the (possibly long) fit
+        check_save_path(args.save)
     fit, _ = run(module, table, options, method=args.method, seed=args.seed,
                  restarts=args.restarts, max_iter=args.max_iter, tol=args.tol,
                  fit_overrides=_fit_overrides(args), out_dir=args.out, plots=not args.no_plots,
@@ -522,17 +540,21 @@ def exclude_columns(table, exclude, given):
 # ---- saved fits and predictions on new rows (docs/predict.md) -------------------------------
 def save_for_predict(module, fit, path, options, spec, stdout):
     """``fit --save FIT.npz``: the global posteriors and the model's plain settings
-    (blrgraph.saved), enough for ``blrgraph predict`` without the training data."""
+    (blrgraph.saved), enough for ``blrgraph predict`` without the training data. A zoo
+    model is recorded by name; a model file of the user's by its name and SHA-256, which
+    ``predict --model FILE`` checks."""
     from blrgraph.saved import save_fit
     _check_predictable(module)
     extra = getattr(module, "prediction_meta", None)
     if callable(extra):        # what predict_table needs beyond the global posteriors
         fit.model.meta.update(extra(fit))
-    zoo = zoo_models()
-    name = module.MODEL_NAME if zoo.get(module.MODEL_NAME) is not None and \
-        str(spec) == module.MODEL_NAME else str(Path(spec).resolve())
-    save_fit(fit, path, model=name, options=options, method=fit.method)
-    print(f"saved the fit for prediction: {path}  (blrgraph predict {path} NEW.csv)", file=stdout)
+    if getattr(module, "IS_ZOO", False):
+        save_fit(fit, path, model=module.MODEL_NAME, options=options, method=fit.method)
+        again = f"blrgraph predict {path} NEW.csv"
+    else:
+        save_fit(fit, path, model_file=module.MODEL_PATH, options=options, method=fit.method)
+        again = f"blrgraph predict {path} NEW.csv --model {module.MODEL_PATH}"
+    print(f"saved the fit for prediction: {path}  ({again})", file=stdout)
 
 
 def _check_predictable(module):
@@ -541,14 +563,46 @@ def _check_predictable(module):
                        f"--save writes fits for 'blrgraph predict', which needs it")
 
 
+def predict_module(saved, fit_path, model_arg=None):
+    """The model module of a saved fit. The fit file never chooses a file to import: a zoo
+    model is looked up by its name among the zoo's files, and a model file of the user's
+    must be named on the command line (``--model FILE``) and have the SHA-256 recorded at
+    fit time."""
+    from blrgraph.saved import file_sha256
+    mfile, name = saved.info.get("model_file"), saved.info.get("model")
+    if mfile is not None:
+        if model_arg is None:
+            raise CLIError(f"{fit_path} was fitted with the model file '{mfile['name']}'; name it: "
+                           f"blrgraph predict {fit_path} NEW.csv --model path/to/{mfile['name']}")
+        path = Path(model_arg)
+        if not path.is_file():
+            raise CLIError(f"--model {model_arg}: model file not found")
+        if file_sha256(path) != mfile["sha256"]:
+            raise CLIError(f"--model {model_arg}: this file differs from the model file "
+                           f"'{mfile['name']}' the fit was made with (SHA-256 mismatch); give "
+                           f"that file, or fit again with this one")
+        return load_model(path.resolve())
+    zoo = zoo_models()
+    if not isinstance(name, str) or name not in zoo:
+        raise CLIError(f"{fit_path}: the fit names the model {_clip(repr(name))}, which is not "
+                       f"a model of the zoo ({', '.join(zoo) or 'zoo not found'})")
+    if model_arg is not None and model_arg != name:
+        raise CLIError(f"--model {model_arg}: {fit_path} is a fit of the zoo model {name!r}; "
+                       f"leave out --model")
+    return load_model(name)
+
+
 def cmd_predict(args, stdout, stderr):
     from blrgraph import io
     from blrgraph.saved import load_fit
     if not Path(args.fit).is_file():
         raise CLIError(f"fit file '{args.fit}' not found (write one with 'blrgraph fit MODEL "
                        f"DATA.csv --save {args.fit}')")
+    if args.show < 0:
+        raise CLIError(f"--show {args.show}: give a number of rows >= 0")
+    check_out_dir(args.out)                   # before anything is read or predicted
     saved = load_fit(args.fit)
-    module = load_model(saved.info["model"])
+    module = predict_module(saved, args.fit, getattr(args, "model", None))
     predict = getattr(module, "predict_table", None)
     if not callable(predict):
         raise CLIError(f"model '{module.MODEL_NAME}' defines no predict_table(fit, data)")
@@ -711,6 +765,9 @@ def make_parser():
     pr.add_argument("--out", default="blrgraph-predictions",
                     help="output directory for predictions.csv (blrgraph-predictions)")
     pr.add_argument("--show", type=int, default=20, help="rows to print (20)")
+    pr.add_argument("--model", metavar="MODEL.py",
+                    help="the model file the fit was made with (a fit of a model file of your "
+                         "own; its SHA-256 must match the one saved at fit time)")
     pr.set_defaults(handler=cmd_predict)
 
     d = sub.add_parser("demo", help="fit the Gaussian mixture to the bundled iris measurements",

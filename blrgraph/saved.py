@@ -11,7 +11,14 @@ SHA-256 checksum of the arrays, as :mod:`blrgraph.inference.checkpoint`) holding
 * the model's ``meta`` entries that are plain values (column names, levels, K, the
   design recipe) and its small numeric arrays (``to_original``), not the training
   data (``X``, ``y``, masks, the table),
-* the build options, the method and the model name or file (``model``).
+* the build options, the method and the model: a zoo name (``model``), or for a model
+  file of the user's own its file name and the SHA-256 of its bytes (``model_file``).
+
+The checksum (``sha256``) covers the arrays *and* every other metadata entry, so an
+edited file is refused as corrupt. It detects damage, not forgery (anyone can recompute
+it): what keeps a fit file from choosing code to run is ``blrgraph predict``, which imports
+only a zoo model by name or the model file named on its own command line, and checks that
+file's hash against ``model_file`` (docs/predict.md).
 
 ``load_fit(path)`` returns a :class:`SavedFit`: ``saved["w"].posterior`` and
 ``saved.meta`` answer as a fitted model does, so the zoo's prediction functions
@@ -19,17 +26,20 @@ SHA-256 checksum of the arrays, as :mod:`blrgraph.inference.checkpoint`) holding
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 
+from pathlib import Path
+
 from .families import FAMILIES
 from .graph.node import Posterior
-from .inference.checkpoint import _digest, read_npz
+from .inference.checkpoint import _digest, check_path, read_npz
 from .inference.jsonify import plain as _plain
 
 FORMAT = "blrgraph-fit"
-VERSION = 1
+VERSION = 2
 _META = "__meta__"
 #: meta entries that hold training data or objects, never saved
 SKIP_META = ("X", "y", "mask", "observed", "table", "fit_options", "fit_options_by_method")
@@ -50,10 +60,33 @@ def _jsonable(v):
         return False
 
 
-def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), seed=None):
+def file_sha256(path):
+    """The SHA-256 of a file's bytes (a model file's identity in a fit file)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fit_digest(info, data):
+    """SHA-256 of the arrays and of every metadata entry but ``sha256`` itself (the
+    metadata as JSON with sorted keys, as read back from the file)."""
+    rest = {k: v for k, v in info.items() if k != "sha256"}
+    h = hashlib.sha256(_digest(data).encode())
+    h.update(json.dumps(rest, sort_keys=True, default=_plain).encode("utf-8"))
+    return h.hexdigest()
+
+
+def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), seed=None,
+             model_file=None):
     """Write the global posteriors of ``fit`` (a FitResult or a fitted Model) and the
     plain entries of ``model.meta`` to ``path``. ``arrays``: meta entries that are
-    arrays to keep as well, beyond the numeric ones of at most ``MAX_META_ARRAY`` values."""
+    arrays to keep as well, beyond the numeric ones of at most ``MAX_META_ARRAY`` values.
+    ``model``: the zoo name of the model; ``model_file``: the path of the user's model
+    file instead (its name and SHA-256 are recorded, ``blrgraph predict --model FILE``
+    checks them)."""
+    check_path(path, "fit file", write=True)
     m = getattr(fit, "model", fit)
     meta = dict(getattr(m, "meta", {}) or {})
     data, nodes = {}, []
@@ -80,11 +113,16 @@ def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), see
         elif not isinstance(v, np.ndarray) and _jsonable(v):
             plain[k] = v
     res = getattr(m, "fit_result", None) if fit is m else fit
-    info = {"format": FORMAT, "version": VERSION, "model": model or meta.get("zoo"),
+    mfile = None
+    if model_file is not None:
+        mfile = {"name": Path(model_file).name, "sha256": file_sha256(model_file)}
+    info = {"format": FORMAT, "version": VERSION,
+            "model": None if mfile else (model or meta.get("zoo")), "model_file": mfile,
             "options": options or {}, "method": method or getattr(res, "method", None),
             "seed": seed, "elbo": None if res is None else float(res.elbo),
             "nodes": nodes, "meta": plain, "meta_arrays": kept}
-    info["sha256"] = _digest(data)
+    info = json.loads(json.dumps(info, default=_plain))    # as it will be read back
+    info["sha256"] = _fit_digest(info, data)
     blob = np.frombuffer(json.dumps(info, default=_plain).encode("utf-8"), dtype=np.uint8)
     with open(path, "wb") as fh:
         np.savez(fh, **data, **{_META: blob})
@@ -138,28 +176,69 @@ class SavedFit:
 
 
 def load_fit(path):
-    """Read a file written by :func:`save_fit` (ValueError if it is not one or is corrupt)."""
+    """Read a file written by :func:`save_fit` (ValueError if it is not one, is corrupt or
+    was edited: the checksum covers the arrays and the metadata)."""
     info, data = read_npz(path, "fit file")
-    if info.get("format") != FORMAT:
-        hint = " (a checkpoint: use model.load)" if info.get("format") == "blrgraph-checkpoint" else ""
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        fmt = info.get("format") if isinstance(info, dict) else None
+        hint = " (a checkpoint: use model.load)" if fmt == "blrgraph-checkpoint" else ""
         raise ValueError(f"{path}: not a blrgraph fit file{hint}; write one with "
                          f"'blrgraph fit ... --save {path}'")
     if info.get("version") != VERSION:
-        raise ValueError(f"{path}: fit file version {info.get('version')} is not supported")
-    if info.get("sha256") != _digest(data):
-        raise ValueError(f"{path}: the fit file is corrupt (checksum mismatch)")
-    nodes = {}
-    for s in info["nodes"]:
-        nat = tuple(data[f"nat/{s['name']}/{i}"] for i in range(s["n"]))
-        fam = FAMILIES[s["family"]]()
-        shift = data.get(f"shift/{s['name']}")
-        if shift is not None:      # nat is of x - shift (docs/dev/numerics.md)
-            if not fam.locational or shift.dtype.kind not in "fiu" or \
-                    not np.all(np.isfinite(shift)):
-                raise ValueError(f"{path}: node '{s['name']}' has an invalid location shift")
-            fam = fam.with_shift(shift)
-        nodes[s["name"]] = SavedNode(s["name"], fam, nat, s["plates"], s["point"])
-    meta = dict(info["meta"])
-    for k in info.get("meta_arrays", []):
-        meta[k] = data[f"meta/{k}"]
+        old = " (written by an older blrgraph whose checksum did not cover the metadata; " \
+              "fit again with --save)" if info.get("version") == 1 else ""
+        raise ValueError(f"{path}: fit file version {_short(info.get('version'))} is not "
+                         f"supported{old}; this blrgraph reads version {VERSION}")
+    if info.get("sha256") != _fit_digest(info, data):
+        raise ValueError(f"{path}: the fit file is corrupt or was edited (checksum mismatch); "
+                         f"write it again with 'blrgraph fit ... --save'")
+    try:
+        nodes = {s["name"]: _saved_node(path, s, data) for s in info["nodes"]}
+        meta = dict(info["meta"])
+        for k in info.get("meta_arrays", []):
+            meta[k] = data[f"meta/{k}"]
+        _check_model_entry(info)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise ValueError(f"{path}: the fit file's metadata is invalid ({type(e).__name__}: "
+                         f"{_short(e)}); write it again with 'blrgraph fit ... --save'") from None
     return SavedFit(info, nodes, meta)
+
+
+def _short(v, n=80):
+    t = str(v)
+    return t if len(t) <= n else t[:n - 3] + "..."
+
+
+def _check_model_entry(info):
+    """``model`` a name or None; ``model_file`` None or {name, sha256 of 64 hex digits}."""
+    if info.get("model") is not None and not isinstance(info["model"], str):
+        raise TypeError(f"'model' must be a name, got {_short(info['model'])}")
+    mf = info.get("model_file")
+    if mf is not None and not (isinstance(mf, dict) and isinstance(mf.get("name"), str)
+                               and isinstance(mf.get("sha256"), str)
+                               and len(mf["sha256"]) == 64):
+        raise TypeError(f"'model_file' must hold a file name and its SHA-256, got {_short(mf)}")
+
+
+def _saved_node(path, s, data):
+    """One global node of a fit file, its arrays checked against its family and plates."""
+    name, fam_name = s["name"], s["family"]
+    if not isinstance(name, str) or fam_name not in FAMILIES:
+        raise TypeError(f"node entry {_short(s)} needs a name and a family of blrgraph")
+    plates = tuple(s["plates"])
+    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in plates):
+        raise TypeError(f"node '{name}': plates must be whole numbers, got {_short(plates)}")
+    nat = tuple(data[f"nat/{name}/{i}"] for i in range(s["n"]))
+    fam = FAMILIES[fam_name]()
+    for i, a in enumerate(nat):
+        if a.dtype.kind not in "fiu" or not np.all(np.isfinite(a)) or \
+                tuple(a.shape[:len(plates)]) != plates:
+            raise ValueError(f"{path}: node '{name}': natural parameter {i} must be finite real "
+                             f"numbers with plates {plates}, got {a.dtype} of shape {a.shape}")
+    shift = data.get(f"shift/{name}")
+    if shift is not None:      # nat is of x - shift (docs/dev/numerics.md)
+        if not fam.locational or shift.dtype.kind not in "fiu" or \
+                not np.all(np.isfinite(shift)):
+            raise ValueError(f"{path}: node '{name}' has an invalid location shift")
+        fam = fam.with_shift(shift)
+    return SavedNode(name, fam, nat, plates, bool(s["point"]))

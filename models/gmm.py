@@ -282,12 +282,16 @@ def _as_matrix(X_new, columns):
         missing = [c for c in columns if c not in X_new.columns]
         if missing:
             raise ValueError(f"gmm.predict_proba: new rows lack the column(s) {missing}")
-        X_new = X_new[columns].to_numpy(dtype=float, na_value=np.nan)
-    X = np.atleast_2d(np.asarray(X_new, dtype=float))
-    if X.shape[1] != len(columns):
+        X_new = io.numeric_cells(X_new, columns, NAME)
+    try:
+        X = np.atleast_2d(np.asarray(X_new, dtype=float))
+    except (TypeError, ValueError):
+        raise TypeError(f"gmm.predict_proba: new rows must be numbers (NaN = missing cell), got "
+                        f"{np.asarray(X_new).dtype} values") from None
+    if X.ndim != 2 or X.shape[1] != len(columns):
         raise ValueError(f"gmm.predict_proba: new rows need {len(columns)} columns {columns}, "
                          f"got shape {X.shape}")
-    return X
+    return io.check_finite_rows(X, columns, NAME)
 
 
 def assignments(fit):

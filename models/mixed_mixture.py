@@ -108,7 +108,7 @@ def _log_joint(model, data):
     df = io.new_rows(data, meta["numeric"] + meta["categorical"], NAME)
     logp = np.log(io.mixture_weights(model))[None, :] * np.ones((len(df), 1))
     if meta["numeric"]:
-        X = df[meta["numeric"]].to_numpy(dtype=float, na_value=np.nan)
+        X = io.numeric_cells(df, meta["numeric"], NAME)
         p = model["theta"].posterior.params                      # plates (Dn, K)
         m, kappa, a, b = p["mean"], p["beta"], p["shape"], p["rate"]
         scale = np.sqrt(b * (kappa + 1.0) / (a * kappa))

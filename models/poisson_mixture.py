@@ -76,7 +76,7 @@ def _log_joint(model, data):
     from scipy import stats
     cols = model.meta["columns"]
     df = io.new_rows(data, cols, NAME)
-    X = df[cols].to_numpy(dtype=float, na_value=np.nan)
+    X = io.numeric_cells(df, cols, NAME)
     p = model["rate"].posterior.params                            # plates (D, K)
     a, b = p["shape"], p["rate"]
     obs = np.isfinite(X)

@@ -343,3 +343,104 @@ def test_a_long_bad_cell_is_echoed_in_at_most_80_characters(tmp_path):
         bio.encode_table(path, numeric=["b"])
     assert "x" * 81 not in str(info.value) and "5002 characters" in str(info.value)
     assert len(str(info.value)) < 400
+
+
+# ---- issue 28, item 12: constructors, checkpoints and the command line ------------------------
+@pytest.mark.parametrize("make, error, words", [
+    (lambda: bg.Gamma(1.0, 1.0, foo=1), TypeError,
+     "Gamma: got an unexpected keyword argument 'foo'; its parameters are Gamma(shape, rate"),
+    (lambda: bg.Normal(0.0, 1.0, 2.0), TypeError,
+     "Normal: takes at most 2 parameters (mean, precision) before the keywords, got 3"),
+    (lambda: bg.Normal(name="m"), TypeError, "Normal 'm': missing a required argument: 'mean'"),
+    (lambda: bg.NormalGamma(0.0, 1.0, 1.0), TypeError,
+     "NormalGamma: give its 4 parameters NormalGamma(mean, beta, shape, rate), got 3"),
+    (lambda: bg.Beta("2", 3.0, name="p"), TypeError,
+     "Beta 'p': parameter 'a' must be a number or an array of numbers, got '2'"),
+    (lambda: bg.Wishart("3", np.eye(2)), TypeError, "Wishart: parameter 'dof' must be a number"),
+    (lambda: bg.Wishart("3", rate=np.eye(2), name="L"), TypeError,
+     "Wishart 'L': dof must be a number or an array of numbers, got '3'"),
+    (lambda: bg.Binomial("5", 0.5, name="x"), TypeError,
+     "Binomial 'x': n must be whole numbers of trials, got '5'"),
+    (lambda: bg.Mixture(bg.Categorical(np.ones(2) / 2, plates=(3,)), bg.Normal, name="y"), TypeError,
+     "Mixture 'y' of Normal components: missing a required argument: 'mean'"),
+    (lambda: bg.Dot(np.array([["a"]]), bg.MultivariateNormal(np.zeros(1), np.eye(1), name="w")),
+     TypeError, "Dot(X, w): X must be an array of numbers"),
+    (lambda: bg.Normal(0.0, 1.0, plates=(3,), name="n").observe(np.zeros(3), weights="a"),
+     TypeError, "Normal 'n': weights must be numbers (counts of identical observations)"),
+])
+def test_constructor_misuse_is_refused_naming_the_node(make, error, words):
+    with pytest.raises(error) as e:
+        make()
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_init_on_a_model_without_assignments_says_so():
+    y = bg.Normal(bg.Normal(0.0, 1.0, name="m"), 1.0, plates=(3,), name="y").observe(np.zeros(3))
+    with pytest.raises(ValueError, match="the model has no mixture assignment .* leave init out"):
+        bg.Model(y).fit("vmp", init=3)
+
+
+def _small_fitted():
+    mu = bg.Normal(0.0, 1.0, name="mu")
+    y = bg.Normal(mu, 1.0, plates=(5,), name="y").observe(np.ones(5))
+    model = bg.Model(y)
+    model.fit("vmp")
+    return model
+
+
+@pytest.mark.parametrize("path, error, words", [
+    (3, TypeError, "the checkpoint path must be a file name (a str or pathlib.Path), got int"),
+    (None, TypeError, "the checkpoint path must be a file name"),
+    ("{tmp}", IsADirectoryError, "is a directory; give the checkpoint a file name"),
+    ("{tmp}/no/such/c.npz", FileNotFoundError, "cannot write the checkpoint: the directory"),
+])
+def test_checkpoint_save_refuses_bad_paths_before_writing(tmp_path, path, error, words):
+    """An int path was taken as an open file descriptor (fd 3 written to)."""
+    model = _small_fitted()
+    path = path.format(tmp=tmp_path) if isinstance(path, str) else path
+    with pytest.raises(error) as e:
+        model.save(path)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"garbage", "not an .npz archive"), (b"", "not an .npz archive"),
+    (None, "a single array (.npy), not an .npz archive"),
+])
+def test_checkpoint_load_of_a_non_npz_file_gives_no_unpickling_advice(tmp_path, content, words):
+    f = tmp_path / "c.npz"
+    if content is None:
+        with open(f, "wb") as fh:
+            np.save(fh, np.ones(3))
+    else:
+        f.write_bytes(content)
+    with pytest.raises(ValueError) as e:
+        _small_fitted().load(f)
+    assert words in str(e.value) and "pickle" not in str(e.value)
+    with pytest.raises(TypeError, match="the checkpoint path must be a file name"):
+        _small_fitted().load(None)
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        _small_fitted().load(tmp_path / "missing.npz")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--fit-option", "restarts=None"], "--fit-option restarts=None: give a value"),
+    (["--fit-option", "restarts=3"], "--fit-option restarts=...: use --restarts"),
+])
+def test_fit_option_misuse_is_refused(two_groups, tmp_path, args, words):
+    code, _, stderr = run("fit", "gmm", two_groups, "--k", "2", "--no-plots",
+                          "--out", tmp_path / "o", *args)
+    assert code == 1 and words in stderr and stderr.count("\n") == 1
+
+
+def test_predict_checks_out_and_show_first(two_groups, tmp_path):
+    fit = tmp_path / "f.npz"
+    code, _, err = run("fit", "gmm", two_groups, "--k", "2", "--no-plots", "--out", tmp_path / "o",
+                       "--save", fit)
+    assert code == 0, err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, _, err = run("predict", fit, two_groups, "--out", afile)
+    assert code == 1 and "--out" in err and "not a directory" in err and "Errno" not in err
+    code, _, err = run("predict", fit, two_groups, "--show", "-1", "--out", tmp_path / "p")
+    assert code == 1 and "--show -1: give a number of rows >= 0" in err

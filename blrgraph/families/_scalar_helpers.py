@@ -7,7 +7,7 @@ Validation messages follow one pattern: ``"<Family> '<where>': <param> must be
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import gammaln
+from scipy.special import betaln, gammaln
 
 from .base import object_array
 
@@ -278,3 +278,45 @@ def poisson_expected_log_factorial(rate):
 def poisson_entropy(rate):
     """Entropy of Poisson(rate) by direct summation of -pmf log pmf."""
     return entropy_over_counts(*_poisson_args(rate))
+
+
+# ---------------------------------------------------------------------------
+# log-gamma differences that keep their digits when the arguments are large
+#: from here on Stirling's series (four terms) is exact to double precision, and a
+#: difference of two lnΓ values (each > 360) would lose digits
+_LGAMMA_LARGE = 100.0
+
+
+def _stirling_tail(x):
+    """lnΓ(x) - [(x - 1/2) ln x - x + ln(2π)/2] for x >= _LGAMMA_LARGE (four terms of the
+    series; the next, 1/(1188 x^9), is below 1e-21)."""
+    r = 1.0 / x
+    r2 = r * r
+    return r * (1.0 / 12.0 - r2 * (1.0 / 360.0 - r2 * (1.0 / 1260.0 - r2 / 1680.0)))
+
+
+def lgamma_diff(x, d):
+    """lnΓ(x + d) - lnΓ(x), without the cancellation of two large lnΓ values: for x and
+    x + d both >= 100 from Stirling's form written around x,
+    d ln x + (x + d - 1/2) log1p(d/x) - d + tail(x + d) - tail(x) (docs/math.md §6.2)."""
+    x, d = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(d, dtype=float))
+    y = x + d
+    big = (x >= _LGAMMA_LARGE) & (y >= _LGAMMA_LARGE)
+    xs, ds = np.where(big, x, 1.0), np.where(big, d, 0.0)
+    stirling = (ds * np.log(xs) + (xs + ds - 0.5) * np.log1p(ds / xs) - ds
+                + _stirling_tail(xs + ds) - _stirling_tail(xs))
+    with np.errstate(invalid="ignore"):
+        direct = gammaln(np.where(big, 1.0, y)) - gammaln(np.where(big, 1.0, x))
+    return np.where(big, stirling, direct)
+
+
+def beta_binomial_logpmf(k, n, a, b):
+    """log of the beta-binomial pmf C(n, k) B(k + a, n - k + b) / B(a, b), written as three
+    lnΓ differences over nearby arguments (:func:`lgamma_diff`) so that it keeps its digits
+    for n up to 2**53 (scipy's betabinom loses them beyond n ~ 1e8): -inf off the support."""
+    k, n, a, b = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (k, n, a, b)))
+    ok = (k >= 0) & (k <= n) & (k == np.floor(k))
+    ks = np.where(ok, k, 0.0)
+    out = (-lgamma_diff(n + 1.0, a + b - 1.0) + lgamma_diff(ks + 1.0, a - 1.0)
+           + lgamma_diff(n - ks + 1.0, b - 1.0) - betaln(a, b))
+    return np.where(ok, out, -np.inf)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .inputs import real_numbers
 from .plates import broadcast_plates
 
 
@@ -140,6 +141,9 @@ def prepare_observation(node, data, mask, weights):
         m = None if np.all(m) else m.astype(float)   # None: everything observed
     w = None
     if weights is not None:
+        if not real_numbers(weights):
+            raise TypeError(f"{node.label()}: weights must be numbers (counts of identical "
+                            f"observations), got {str(weights)[:60]!r}")
         w = np.asarray(weights, dtype=float)
         if not np.all(np.isfinite(w)) or np.any(w < 0):
             raise ValueError(f"{node.label()}: weights must be finite and >= 0 (counts of identical "

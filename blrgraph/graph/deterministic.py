@@ -131,7 +131,12 @@ class Dot(Deterministic):
             self.X = None      # no design matrix: both operands are nodes
             self.operands = [X, w]
         else:
-            X = np.asarray(X, dtype=float)
+            raw = X.to_numpy() if hasattr(X, "to_numpy") else X
+            if np.asarray(raw).dtype.kind not in "biuf":
+                raise TypeError(f"Dot(X, {w.name}): X must be an array of numbers (shape (..., D)), "
+                                f"got {np.asarray(raw).dtype} values; encode text columns first "
+                                f"(blrgraph.io.design_matrix)")
+            X = np.asarray(raw, dtype=float)
             if X.ndim < 1 or not np.all(np.isfinite(X)):
                 raise ValueError(f"Dot(X, {w.name}): X must be a finite array of shape (..., D); "
                                  f"mask or impute missing covariates first")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..families.gathered import GatheredSoftmax, gathered_sum
-from .inputs import check_observation, check_plates, check_stream_shape
+from .inputs import check_observation, check_plates, check_seed, check_size, check_stream_shape
 from .plates import broadcast_plates
 
 _ids = itertools.count()
@@ -284,6 +284,8 @@ class Posterior:
         """Draws from q: shape (size,) + plates + event (a pair of arrays for a joint
         NormalGamma / NormalWishart node; labels for a Categorical; the point, repeated,
         for a point mass)."""
+        where = f"{self.node.label()}.posterior.sample"
+        size, seed = check_size(where, size), check_seed(where, seed)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         if self.is_point:
             v = self.family.point_value(self.natural)

@@ -5,6 +5,8 @@ node; ``plates=`` replicates the node (numpy broadcasting), ``name=`` names it.
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from ..families.bernoulli import Bernoulli as BernoulliFamily
@@ -29,7 +31,7 @@ from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, No
                                NormalWishartFactor)
 from .factors.mixture import MixtureFactor
 from .factors.positive import ExponentialFactor, GammaFactor, PoissonFactor
-from .inputs import check_trials
+from .inputs import check_trials, real_numbers
 from .node import Node, Stochastic
 
 
@@ -38,6 +40,9 @@ def _is_node(x, family=None):
 
 
 def _positive_fixed(cls, name, value, what):
+    if not isinstance(value, Node) and not real_numbers(value):
+        raise TypeError(f"{cls} '{name}': {what} must be a number or an array of numbers, got "
+                        f"{str(value)[:60]!r}")
     v = np.asarray(value, dtype=float) if not isinstance(value, Node) else None
     if v is None:
         raise TypeError(f"{cls} '{name}': {what} must be a number or an array (a random {what} "
@@ -47,10 +52,36 @@ def _positive_fixed(cls, name, value, what):
     return v
 
 
+def _bind_spec(cls, where, args, kw):
+    """Check ``args`` / ``kw`` against ``cls._spec``'s parameters first, so that a missing
+    or unknown argument is refused naming the node and its parameters (not as a
+    TypeError of an internal function)."""
+    sig = inspect.signature(cls._spec)
+    params = [n for n in sig.parameters if n != "name"]
+    shown = f"; its parameters are {cls.__name__}({', '.join(params)}, plates=, name=)"
+    P = inspect.Parameter
+    if any(p.kind is P.VAR_POSITIONAL for p in sig.parameters.values()):
+        return
+    positional = [n for n, p in sig.parameters.items() if n != "name"
+                  and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional):
+        raise TypeError(f"{where}: takes at most {len(positional)} parameters "
+                        f"({', '.join(positional)}) before the keywords, got {len(args)}{shown}")
+    try:
+        sig.bind(*args, **kw)
+    except TypeError as e:
+        raise TypeError(f"{where}: {e}{shown}") from None
+
+
+def _who(cls_name, name):
+    return f"{cls_name} '{name}'" if name is not None else cls_name
+
+
 class _Public(Stochastic):
     """Shared constructor: ``_spec`` returns (family, factor class, parents, slots, fixed)."""
 
     def __init__(self, *args, plates=None, name=None, **kw):
+        _bind_spec(type(self), _who(type(self).__name__, name), args, dict(kw, name=name))
         family, factor, parents, slots, fixed = self._spec(*args, name=name, **kw)
         super().__init__(family, factor, parents, slots, plates=plates, name=name, **fixed)
 
@@ -183,10 +214,17 @@ class Multinomial(_Public):
 
 def _fixed(family):
     def spec(cls, *params, name=None):
-        for p in params:
+        names = list(family.param_names)
+        if len(params) != len(names):
+            raise TypeError(f"{_who(cls.__name__, name)}: give its {len(names)} parameters "
+                            f"{cls.__name__}({', '.join(names)}), got {len(params)}")
+        for p, pname in zip(params, names):
             if isinstance(p, Node):
                 raise TypeError(f"{cls.__name__} '{name}': its parameters must be numbers or arrays "
                                 f"(got the node {p.label()}); no conjugate update exists for them")
+            if not real_numbers(p):
+                raise TypeError(f"{_who(cls.__name__, name)}: parameter '{pname}' must be a number "
+                                f"or an array of numbers, got {str(p)[:60]!r}")
         return family, FixedPrior, list(params), [], {}
     return classmethod(spec)
 
@@ -281,6 +319,8 @@ class Mixture(Stochastic):
         if not (isinstance(family_cls, type) and issubclass(family_cls, _Public)):
             raise TypeError(f"Mixture '{name}': the second argument must be a node class such as "
                             f"bg.MultivariateNormal, got {family_cls!r}")
+        _bind_spec(family_cls, f"{_who('Mixture', name)} of {family_cls.__name__} components",
+                   component_params, dict(kw, name=name))
         family, factor, parents, slots, fixed = family_cls._spec(*component_params, name=name, **kw)
         if factor is FixedPrior:
             raise TypeError(f"Mixture '{name}': components of {family_cls.__name__} would have only "

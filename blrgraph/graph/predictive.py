@@ -20,9 +20,11 @@ import numpy as np
 from scipy import stats
 from scipy.special import gammaln, logsumexp
 
+from ..families._scalar_helpers import beta_binomial_logpmf
 from ..families.base import object_array
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
+from .inputs import check_count, check_level, check_mask, check_seed, check_size, check_values
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -75,9 +77,24 @@ class Predictive:
     #: location shift c (None: none): a Gaussian-location predictive keeps its location
     #: relative to c (docs/dev/numerics.md) and takes values off c before scoring them
     shift = None
+    #: the shape of one value ((D,) for vectors; None where it is not known)
+    event_shape = None
+
+    #: how messages name this predictive (``node_predictive`` sets the node's label)
+    where = "predictive"
 
     def __init__(self, plates):
         self.plates = tuple(plates)
+
+    def __init_subclass__(cls, **kw):
+        """Every subclass's ``sample``, ``logpdf`` and ``interval`` check their arguments
+        where they enter (blrgraph.graph.inputs), naming the node and the argument."""
+        super().__init_subclass__(**kw)
+        for name, wrap in (("sample", _checked_sample), ("logpdf", _checked_logpdf),
+                           ("interval", _checked_interval)):
+            f = cls.__dict__.get(name)
+            if f is not None and not getattr(f, "_checked", False):
+                setattr(cls, name, wrap(f))
 
     def __repr__(self):
         kind = "" if self.exact else ", Monte Carlo"
@@ -86,6 +103,7 @@ class Predictive:
     @property
     def std(self):
         return np.sqrt(self.var)
+
 
     @property
     def centred_mean(self):
@@ -97,9 +115,11 @@ class Predictive:
 
     def log_predictive(self, values, mask=None):
         """sum over entries (where ``mask`` is True) of logpdf(values): held-out scoring."""
+        if mask is not None:
+            mask = check_mask(f"{self.where}.log_predictive", mask, self.plates)
         lp = np.broadcast_to(self.logpdf(values), self.plates)
         if mask is not None:
-            m = np.broadcast_to(np.asarray(mask, dtype=bool), self.plates)
+            m = np.broadcast_to(mask, self.plates)
             lp = np.where(m, lp, 0.0)
         return float(np.sum(lp))
 
@@ -120,7 +140,9 @@ class Predictive:
                                   f"mean, var and sample")
 
     def __getitem__(self, idx):
-        return self._take(_index_plates(idx))
+        out = self._take(_index_plates(idx))
+        out.where = self.where
+        return out
 
     def _take(self, idx):
         raise NotImplementedError
@@ -130,10 +152,40 @@ class Predictive:
         plates = tuple(plates)
         if plates == self.plates:
             return self
-        return self._broadcast(plates)
+        out = self._broadcast(plates)
+        out.where = self.where
+        return out
 
     def _broadcast(self, plates):
         raise NotImplementedError
+
+
+def _checked_sample(f):
+    def sample(self, size=None, seed=None):
+        where = f"{self.where}.sample"
+        return f(self, check_size(where, size), check_seed(where, seed))
+    sample.__doc__, sample._checked = f.__doc__, True
+    return sample
+
+
+def _checked_logpdf(f):
+    def logpdf(self, values):
+        return f(self, check_values(f"{self.where}.logpdf", values, self.plates,
+                                    self.value_ndim, self.event_shape))
+    logpdf.__doc__, logpdf._checked = f.__doc__, True
+    return logpdf
+
+
+def _checked_interval(f):
+    def interval(self, level=0.95, samples=20000, seed=0):
+        where = f"{self.where}.interval"
+        return f(self, check_level(where, level), check_count(where, "samples", samples),
+                 check_seed(where, seed))
+    interval.__doc__, interval._checked = f.__doc__, True
+    return interval
+
+
+Predictive.interval = _checked_interval(Predictive.interval)
 
 
 # ---- scalar distributions from scipy ----------------------------------------------------
@@ -222,9 +274,25 @@ def student_t(df, loc, scale2, plates, shift=None):
                        {"df": df, "loc": loc, "scale2": scale2}, plates, shift=shift)
 
 
+class BetaBinomial(ScipyScalar):
+    """scipy's betabinom, with a log pmf that keeps its digits for n up to 2**53
+    (:func:`~blrgraph.families._scalar_helpers.beta_binomial_logpmf`)."""
+
+    def logpdf(self, values):
+        p = self._params
+        return beta_binomial_logpmf(values, p["n"], p["a"], p["b"])
+
+    def _take(self, idx):
+        sub = {k: v[idx] for k, v in self._params.items()}
+        return beta_binomial(sub["n"], sub["a"], sub["b"], sub["n"].shape)
+
+    def _broadcast(self, plates):
+        return beta_binomial(self._params["n"], self._params["a"], self._params["b"], plates)
+
+
 def beta_binomial(n, a, b, plates):
-    return ScipyScalar("Beta-Binomial", lambda n, a, b: stats.betabinom(n.astype(int), a, b),
-                       {"n": n, "a": a, "b": b}, plates, discrete=True)
+    return BetaBinomial("Beta-Binomial", lambda n, a, b: stats.betabinom(n.astype(np.int64), a, b),
+                        {"n": n, "a": a, "b": b}, plates, discrete=True)
 
 
 def negative_binomial(shape, rate, plates):
@@ -309,6 +377,10 @@ class DirichletMultinomial(Predictive):
         self.alpha = _bcast(alpha, self.plates, 1)
 
     @property
+    def event_shape(self):
+        return self.alpha.shape[-1:]
+
+    @property
     def mean(self):
         a0 = self.alpha.sum(-1, keepdims=True)
         return self.n[..., None] * self.alpha / a0
@@ -378,6 +450,10 @@ class MultivariateT(Predictive):
         self.free = np.ones(self.plates + (D,), bool) if free is None else \
             np.broadcast_to(np.asarray(free, bool), self.plates + (D,))
         self.name = "multivariate normal" if np.all(np.isinf(self.df)) else "multivariate t"
+
+    @property
+    def event_shape(self):
+        return self.cloc.shape[-1:]
 
     @property
     def loc(self):
@@ -534,6 +610,15 @@ def _plate_shift(family, plates):
         return None
 
 
+def _family_event(family, nat):
+    """The shape of one value of ``family`` from its first natural parameter (None when that
+    parameter's event axes are not the value's)."""
+    k = family.value_ndim
+    if not isinstance(k, int) or not family.event_ndims or family.event_ndims[0] != k:
+        return None
+    return tuple(np.shape(nat[0])[np.ndim(nat[0]) - k:]) if k else ()
+
+
 class FamilyPredictive(Predictive):
     """The conditional itself (every parent fixed): the node's family at ``nat``."""
 
@@ -542,6 +627,7 @@ class FamilyPredictive(Predictive):
         self.family = family
         self.value_ndim = family.value_ndim
         self.nat = tuple(_bcast(a, self.plates, k) for a, k in zip(nat, family.event_ndims))
+        self.event_shape = _family_event(family, self.nat)
         self.name = family.name
         self.discrete = family.discrete
         self.shift = _plate_shift(family, self.plates)
@@ -611,6 +697,7 @@ class MonteCarloPredictive(Predictive):
         self.name = f"{family.name} (Monte Carlo over q, {np.shape(nat_draws[0])[0]} draws)"
         self.nat = tuple(_draws_to(np.asarray(a), k, self.plates)
                          for a, k in zip(nat_draws, family.event_ndims))
+        self.event_shape = _family_event(family, self.nat)
         self._draw_nat = draw_nat
         self._mean, self._var = mean, var
         self.shift = _plate_shift(family, self.plates)
@@ -698,6 +785,7 @@ class MixturePredictive(Predictive):
         self.weights = _bcast(weights, self.plates, 1)
         self.components = components.broadcast(self.weights.shape)
         self.value_ndim = components.value_ndim
+        self.event_shape = components.event_shape
         self.discrete = components.discrete
         self.exact = components.exact
         self.name = f"mixture of {components.name}"
@@ -1128,7 +1216,16 @@ def _new_assignments(z, M, ctx):
 
 
 def _check_rows(node, values, what):
-    v = np.asarray(values, dtype=float)
+    where = f"{node.label()}.predictive(inputs=...)"
+    try:
+        v = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: {what} must be numbers (NaN = missing), got "
+                        f"{np.asarray(values).dtype} values") from None
+    inf = np.isinf(v)
+    if inf.any():
+        raise ValueError(f"{where}: {what} hold an infinite value ({_first_bad(inf)}); give "
+                         f"finite numbers (NaN marks a missing cell)")
     vnd = node.family.value_ndim
     tail = tuple(node.plates[1:])
     if v.ndim != len(node.plates) + vnd or tuple(v.shape[1:len(node.plates)]) != tail:
@@ -1143,8 +1240,10 @@ def node_predictive(node, inputs=None, samples=2000, seed=0):
     factor = getattr(node, "factor", None)
     if factor is None or getattr(node, "family", None) is None:
         raise TypeError(f"{node.label()} has no predictive distribution")
-    ctx = Context(samples, seed)
+    where = f"{node.label()}.predictive"
+    ctx = Context(check_count(where, "samples", samples), check_seed(where, seed))
     dots, values, kids = ({}, None, {}) if inputs is None else _resolve_inputs(node, inputs)
+    dots = {d: _check_design(node, d, X) for d, X in dots.items()}
     q = [parent_dist(p, dots) for p in factor.parents]
     plates = tuple(node.plates)
     if values is not None:
@@ -1166,7 +1265,35 @@ def node_predictive(node, inputs=None, samples=2000, seed=0):
     children = _assignment_children(node)
     if kids or (children and node.observed):
         pred = _condition_assignment(node, pred, kids, ctx)
+    pred.where = f"{node.label()}.predictive()"
     return pred
+
+
+def _first_bad(bad):
+    """(row, column) of the first True of a (M, ..., D) array, as a readable location."""
+    idx = np.argwhere(bad)[0]
+    return f"row {idx[0]}" + (f", column {idx[-1]}" if len(idx) > 1 else "")
+
+
+def _check_design(node, dot, X):
+    """New design rows of ``dot = Dot(X, w)``: numbers, D columns, no infinite cell (NaN
+    cells are missing covariates, handled by the predictive)."""
+    where = f"{node.label()}.predictive(inputs=...)"
+    try:
+        v = np.asarray(X, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: the new rows of {dot.label()} must be numbers, got "
+                        f"{np.asarray(X).dtype} values such as {str(np.ravel(X)[:1])[:40]}") \
+            from None
+    D = np.shape(dot.X)[-1]
+    if v.ndim == 0 or v.shape[-1] != D:
+        raise ValueError(f"{where}: the new rows of {dot.label()} must have the {D} columns of "
+                         f"its X (shape (M, {D})), got shape {v.shape}")
+    inf = np.isinf(v)
+    if inf.any():
+        raise ValueError(f"{where}: the new rows of {dot.label()} hold an infinite value "
+                         f"({_first_bad(inf)}); give finite numbers")
+    return v
 
 
 def _condition_assignment(z, pred, kids, ctx):
@@ -1230,6 +1357,7 @@ class PartlyObserved(Predictive):
     def __init__(self, base, cond, rows, x=None):
         super().__init__(base.plates)
         self.base, self.cond = base, cond
+        self.event_shape = base.event_shape
         self.rows = np.broadcast_to(np.asarray(rows, bool), self.plates)
         #: the partly observed entries' values (n, D), NaN where missing: the observed
         #: coordinates of mean and samples are these, to the last digit

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
@@ -58,9 +60,28 @@ def _omitted(model):
     return list(Structure(model).local)
 
 
+def check_path(path, what="checkpoint", write=False):
+    """``path`` of a file to read or write: a str or os.PathLike (TypeError otherwise; an
+    int would be taken as an open file descriptor); to write, not a directory and in an
+    existing directory (IsADirectoryError / FileNotFoundError, one line)."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"the {what} path must be a file name (a str or pathlib.Path), got "
+                        f"{type(path).__name__} {str(path)[:60]!r}")
+    if write:
+        p = Path(path)
+        if p.is_dir():
+            raise IsADirectoryError(f"{path}: is a directory; give the {what} a file name such as "
+                                    f"{p / (what.replace(' ', '_') + '.npz')}")
+        if not p.parent.is_dir():
+            raise FileNotFoundError(f"{path}: cannot write the {what}: the directory "
+                                    f"'{p.parent}' does not exist")
+    return path
+
+
 def save(model, path):
     """Write the model's posterior and fit state to ``path`` (a ``.npz`` file); for data
     streamed or on Dask, the global nodes' posterior only (:func:`_omitted`)."""
+    check_path(path, "checkpoint", write=True)
     arrays = {}
     omitted = _omitted(model)
     for n in model.latent:
@@ -96,14 +117,21 @@ def save(model, path):
 def read_npz(path, what="checkpoint"):
     """(JSON metadata, the other arrays) of an .npz file written with its metadata under
     ``__meta__`` (no pickle); ValueError naming ``what`` if it is not one."""
+    check_path(path, what)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not hasattr(z, "files"):               # a bare .npy array, not an archive
+            raise ValueError("a single array (.npy), not an .npz archive")
+        with z:
             data = {k: z[k] for k in z.files}
     except FileNotFoundError:
-        raise
+        raise FileNotFoundError(f"{path}: {what} not found") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "pickle" in why or "No data left" in why or "Cannot load file" in why:
+            why = "not an .npz archive"     # numpy's advice to unpickle is not for this file
         raise ValueError(f"{path}: not a readable blrgraph {what} (corrupt or not an .npz "
-                         f"file: {e})") from None
+                         f"file: {why})") from None
     if _META not in data:
         raise ValueError(f"{path}: not a blrgraph {what} (no metadata)")
     try:

@@ -78,8 +78,12 @@ def parse_options(method, options):
     if misplaced:
         kind = "stochastic ('svi')" if not method.stochastic else "batch"
         raise TypeError(f"fit({method.name!r}): {misplaced} are options of the {kind} methods")
+    defaults = {f.name: f.default for f in fields(FitOptions)}
     for k, v in options.items():
         if v is None:
+            if defaults[k] is not None and not isinstance(defaults[k], bool):   # restarts=None
+                raise TypeError(f"fit({method.name!r}): {k}=None is not a value; give a number "
+                                f"or leave {k} out for its default {defaults[k]!r}")
             continue
         if k in _INTEGERS:
             options[k] = _integer(k, v, _INTEGERS[k], method.name)

@@ -51,6 +51,9 @@ def check_init(model, init, assignments):
     {assignment node: start} (a name or an array)."""
     if init is None:
         return {z: None for z in assignments}
+    if not assignments and not isinstance(init, str):   # a named start may apply to none
+        raise ValueError(f"init={str(init)[:40]}: the model has no mixture assignment (the "
+                         f"Categorical z of a Mixture) to start from; leave init out")
     if isinstance(init, str):
         if init not in INITS:
             raise ValueError(f"init={init!r}: choose one of {list(INITS)}, an array of "
@@ -77,7 +80,11 @@ def check_init(model, init, assignments):
 
 def _responsibilities(z, value):
     K = z.nat[0].shape[-1]
-    r = np.asarray(value, dtype=float)
+    try:
+        r = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"init=: responsibilities of {z.label()} must be an array of numbers "
+                        f"(plates + (K,)), got {str(value)[:40]!r}") from None
     want = tuple(z.plates) + (K,)
     if r.shape != want:
         raise ValueError(f"init=: responsibilities of {z.label()} must have shape {want} "

@@ -33,4 +33,4 @@ from ..inference.jsonify import jsonable  # noqa: F401  (io.jsonable)
 from .tables import Column, EXAMPLES, NA_VALUES, PANDAS_HINT, Table, _check_header, _encode_categorical, _encode_column, _row, _show_levels, _sort_levels, _source_name, clip, encode_table, example_path, load_example, parse_columns, read_table, read_texts, require_pandas  # noqa: F401
 from .design import DesignMatrix, TARGET_KINDS, _check_target, _complete_rows, _expand, _input_terms, _standardize, _table_design, _with_intercept, design_matrix, design_rows, observed_mean_cov  # noqa: F401
 from .results import held_out, interval_names, linear_predictor, prior_precision, prior_sd, training_predictions, weights_posterior, weights_summary, write_predictions  # noqa: F401
-from .outputs import assignment_table, fitted_model, is_point, level_codes, mixture_weights, new_rows, normalise_log, point_table, responsibilities, write_assignments  # noqa: F401
+from .outputs import assignment_table, check_finite_rows, fitted_model, is_point, level_codes, mixture_weights, new_rows, normalise_log, numeric_cells, point_table, responsibilities, write_assignments  # noqa: F401

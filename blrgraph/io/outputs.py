@@ -21,6 +21,37 @@ def new_rows(data, columns, model_name):
     return df
 
 
+def numeric_cells(df, columns, model_name):
+    """The cells of ``columns`` of new rows as floats (NaN = missing cell). A text cell or an
+    infinite one is refused with a ValueError naming the column and the line of the CSV
+    file (the row label for a DataFrame): inf is not a missing value."""
+    from .tables import _encode_column, _source_name
+    pd = require_pandas()
+    where = _source_name(df)
+    out = np.full((len(df), len(columns)), np.nan)
+    for j, c in enumerate(columns):
+        s = df[c]
+        if s.isna().all():
+            continue
+        try:
+            out[:, j] = _encode_column(s, c, where, "numeric", None, pd).values
+        except ValueError as e:
+            msg = str(e).replace(f", or declare the column categorical (categorical=[{c!r}])", "")
+            raise ValueError(f"{model_name}.predict: {msg}") from None
+    return out
+
+
+def check_finite_rows(X, columns, model_name):
+    """New rows given as an array: an infinite cell is refused naming its row and column
+    (NaN cells are missing)."""
+    inf = np.isinf(X)
+    if inf.any():
+        i, j = np.argwhere(inf)[0]
+        raise ValueError(f"{model_name}.predict: the new rows hold an infinite value (row {i}, "
+                         f"column {columns[j]!r}); give a number, or NaN for a missing cell")
+    return X
+
+
 def level_codes(values, levels, column, model_name):
     """Codes of new categorical ``values`` by the training ``levels`` (compared as text:
     a CSV re-read gives 1 where training had "1"); -1 = missing. An unseen level is
