@@ -36,11 +36,12 @@ def _seed(random_state):
 
 def _fit_quietly(model, method, **options):
     """``model.fit`` with the engine's ConvergenceWarning passed on as scikit-learn's."""
+    from blrgraph.inference.loop import ConvergenceWarning as EngineConvergence
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = model.fit(method, **options)
     for w in caught:
-        if w.category.__name__ == "ConvergenceWarning":
+        if issubclass(w.category, EngineConvergence):
             warnings.warn(str(w.message), ConvergenceWarning, stacklevel=3)
         elif not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning)):
             warnings.warn(w.message, w.category, stacklevel=3)
