@@ -194,7 +194,8 @@ def _check_dask(model, method, opts):
         raise ValueError(f"fit({method.name!r}) on dask data: the delta-method and gradient "
                          f"steps run on data in memory; fit Dask-backed data with 'vmp', 'em' "
                          f"or 'svi'")
-    if damped_nodes(model, method) or any(not n.factor.conjugate for n in model.stochastic):
+    if damped_nodes(model, method) or any(not n.factor.conjugate for n in model.stochastic) \
+            or (method.step == "damped" and method.points != "all"):
         raise ValueError(f"fit({method.name!r}) on dask data: damped, backtracked steps need "
                          f"the ELBO of a trial step before the local block moves; fit with "
                          f"'vmp' or 'em', or compute the data into memory")
