@@ -41,7 +41,7 @@ WORK_BYTES = 2 ** 28
 CHUNK = 32
 BCHUNK = 64
 #: the block length of the scan over time (:func:`_forward_backward_scan`)
-SCAN_BLOCK = 16
+SCAN_BLOCK = 32
 #: forward_backward takes the scan for S K^2 up to this (:func:`use_scan`)
 SCAN_WORK = 64
 
@@ -405,20 +405,27 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
     Pm = P.reshape(1, K, K) if shared else P
     m = np.max(Pm, axis=(-2, -1))                   # (1 or S,): At <= 1
     At = np.exp(Pm - m[:, None, None])              # (1 or S, K, K)
-    c = np.max(U, axis=-1)                          # (S, T)
+    c = U[..., 0].copy()                            # (S, T): max_k U_t[k]
+    for i in range(1, K):
+        np.maximum(c, U[..., i], out=c)
     b = np.exp(U - c[..., None])                    # (S, T, K), max 1
+    full = bool(np.all(L == T))
+    tt = np.arange(T)
     # b of step k of block j of sequence s (column s nb + j), forward: transition t = 1 +
     # j B + k; backward (taken in the order k = B - 1 .. 0): t = L_s - 1 - (npad - 1 - j B
     # - k); steps outside 1..T-1 (padding) get b = 1
-    p = np.arange(npad)
-    tb = np.clip(L[:, None] - npad + p[None, :], 0, T)                 # (S, npad)
-    bb = np.concatenate([b, np.ones((S, 1, K))], axis=1)
-    tb = np.where(tb >= 1, tb, T)
     bs = np.empty((B, 2, K, 1, Nb))
     bf = np.ones((S, npad, K))
     bf[:, :n] = b[:, 1:]
     bs[:, 0, :, 0] = bf.reshape(S, nb, B, K).transpose(2, 3, 0, 1).reshape(B, K, Nb)
-    bw = bb[np.arange(S)[:, None], tb]                                 # (S, npad, K)
+    if full:
+        bw = np.ones((S, npad, K))
+        bw[:, npad - n:] = b[:, 1:]
+    else:
+        p = np.arange(npad)
+        tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
+        tb = np.where(tb >= 1, tb, T)
+        bw = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
     bs[:, 1, :, 0] = bw.reshape(S, nb, B, K)[:, :, ::-1].transpose(2, 3, 0, 1).reshape(B, K, Nb)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         # 1. X[k] = M_k ... M_0 of each forward block (scale lx), Y[k] = N_k ... N_{B-1} of
@@ -454,32 +461,34 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
         bflat = np.empty((S, npad + 1, K))
         bflat[:, :npad] = bv.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)
         bflat[:, npad] = 1.0 / K
-        tt = np.arange(T)
-        if np.all(L == T):
+        if full:
             beta = bflat[:, npad - n:]
         else:   # beta at step tau < L - 1 is bflat[tau - L + 1 + npad]; 1 from L - 1 on
             idx = np.clip(tt[None, :] - L[:, None] + 1 + npad, 0, npad)
             beta = bflat[np.arange(S)[:, None], idx]
-        asum = alpha.sum(-1)                                              # (S, T)
+        ones = np.ones(K)
         # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
         si = np.arange(S)
         last = np.clip(L - 1, 0, T - 1)
         j, k = np.divmod(np.maximum(last - 1, 0), B)
         lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
-        log_z = lz + np.log(asum[si, last]) + np.cumsum(c, axis=1)[si, last] \
-            + np.maximum(L - 1, 0) * m
+        csum = c.sum(1) if full else np.where(tt[None, :] < L[:, None], c, 0.0).sum(1)
+        asum = alpha[si, last] @ ones
+        log_z = lz + np.log(asum) + csum + np.maximum(L - 1, 0) * m
         log_z = np.where(L > 0, log_z, 0.0)
         ab = alpha * beta
-        gsum = ab.sum(-1, keepdims=True)
-        gamma = np.divide(ab, gsum, out=ab)
-        # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1
+        gsum = ab @ ones
+        gamma = np.divide(ab, gsum[..., None], out=ab)
+        # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
+        # same for any scale of alpha_{t-1} and of beta_t)
         g = b[:, 1:] * beta[:, 1:]                                        # (S, n, K)
-        an = alpha[:, :-1] / asum[:, :-1, None]
-        den = np.einsum("sti,sti->st", an, np.matmul(g, np.swapaxes(At, -1, -2)))
-        live = tt[None, 1:] < L[:, None]
-        an *= np.where(live, 1.0 / den, 0.0)[..., None]
+        an = alpha[:, :-1] * np.matmul(g, np.swapaxes(At, -1, -2))
+        w = 1.0 / (an @ ones)
+        if not full:
+            w[~(tt[None, 1:] < L[:, None])] = 0.0
+        np.multiply(alpha[:, :-1], w[..., None], out=an)
         counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
-        ok = all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, asum, gsum))
+        ok = all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, gsum))
         if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
             return None
     return ChainStats(gamma, counts, log_z, L, tt[None, :] < L[:, None])
@@ -551,8 +560,4 @@ def _doubling(G, lg):
 
 def _apply(X, u):
     """(B, K, K, Nb) matrices times (K, Nb) vectors (one per column): sum_l X[:, :, l] u[l]."""
-    K = X.shape[1]
-    out = X[:, :, 0] * u[0]
-    for l in range(1, K):
-        out += X[:, :, l] * u[l]
-    return out
+    return np.einsum("bkln,ln->bkn", X, u)
