@@ -430,13 +430,13 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         # 1. X[k] = M_k ... M_0 of each forward block (scale lx), Y[k] = N_k ... N_{B-1} of
         # each backward block (scale ly)
-        X, lx, Y, ly = _block_products(bs, At, shared, S, nb, work)
+        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
         # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
         G = np.empty((2, K, K, S, nb))
         G[0] = X[-1].reshape(K, K, S, nb)
         G[1] = Y[0].reshape(K, K, S, nb)[..., ::-1]
         lg = np.stack([lx[-1].reshape(S, nb), ly[0].reshape(S, nb)[:, ::-1]])
-        G, lg = _doubling(G, lg)
+        G, lg, low = _doubling(G, lg)
         a0 = b[:, 0].T                                                    # (K, S)
         sa0 = a0.sum(0)
         a0 = a0 / sa0
@@ -488,7 +488,8 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
             w[~(tt[None, 1:] < L[:, None])] = 0.0
         np.multiply(alpha[:, :-1], w[..., None], out=an)
         counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
-        ok = all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, gsum))
+        ok = low > TINY and ldiv > np.log(TINY) and \
+            all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, gsum))
         if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
             return None
     return ChainStats(gamma, counts, log_z, L, tt[None, :] < L[:, None])
@@ -500,9 +501,10 @@ def _block_products(bs, At, shared, S, nb, work=None):
     fixed matrix: forward X_k = diag(b_k) At^T X_{k-1} is the product with At^T after the
     one with b (the state kept between steps is At^T X_{k-1}, starting from At^T),
     backward Y_k = At diag(b_k) Y_{k+1} (starting from the identity). Returns X (B, K, K,
-    Nb), its log scale lx (B, Nb), Y (B, K, K, Nb) in the order of k and ly (B, Nb): the
-    products are X exp(lx), Y exp(ly). Every RENORM steps each block's two matrices are
-    divided by their sums (the sums grow by at most K per step in between)."""
+    Nb), its log scale lx (B, Nb), Y (B, K, K, Nb) in the order of k and ly (B, Nb) (the
+    products are X exp(lx), Y exp(ly)), and the log of the smallest divisor. Every RENORM
+    steps each block's two matrices are divided by their sums (the sums grow by at most a
+    factor K per step in between)."""
     B, _, K, _, Nb = bs.shape
     Tm = _buffer(work, "scan_t", (B, 2, K, K, Nb))    # b o state: the forward X_k
     Om = _buffer(work, "scan_o", (B, 2, K, K, Nb))    # after the matrix: the backward Y
@@ -534,28 +536,28 @@ def _block_products(bs, At, shared, S, nb, work=None):
     lc = np.cumsum(ls, axis=0)
     lx = np.zeros((B, Nb))
     lx[1:] = lc[:-1, 0]
-    return Tm[:, 0], lx, Om[::-1, 1], lc[::-1, 1]
+    low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
+    return Tm[:, 0], lx, Om[::-1, 1], lc[::-1, 1], min(low, np.min(ls[B - 1]))
 
 
 def _doubling(G, lg):
     """Prefix products P_j = G_j G_{j-1} ... G_0 along the last axis of the (2, K, K, S,
     n) matrices G (log scales lg (2, S, n): the products are G exp(lg)), by recursive
     doubling (Hillis and Steele 1986): log2(n) rounds, each one product of every pair
-    (j, j - d), divided by its sum."""
+    (j, j - d), divided by its sum. Returns (P, lp, the smallest of those sums)."""
     n = G.shape[-1]
     d = 1
+    low = np.inf
     while d < n:
-        H = np.empty(G.shape)
-        lh = np.empty(lg.shape)
-        H[..., :d] = G[..., :d]
-        lh[..., :d] = lg[..., :d]
+        H, lh = G.copy(), lg.copy()
         w = np.einsum("dij...,djl...->dil...", G[..., d:], G[..., :-d], out=H[..., d:])
         s = w.sum(axis=(1, 2))
         np.divide(w, s[:, None, None], out=w)
-        lh[..., d:] = lg[..., d:] + lg[..., :-d] + np.log(s)
+        lh[..., d:] += lg[..., :-d] + np.log(s)
+        low = min(low, s.min())
         G, lg = H, lh
         d *= 2
-    return G, lg
+    return G, lg, low
 
 
 def _apply(X, u):
