@@ -423,12 +423,14 @@ def test_scan_falls_back_to_the_recursions_where_its_sums_underflow(monkeypatch)
 
 def test_the_scan_is_taken_for_few_long_sequences(monkeypatch):
     """use_scan: one sequence of 300 steps takes the scan, 100 sequences of 300 steps
-    (or a chain shorter than four blocks) the recursions; a VMP fit of one long sequence
+    (or a chain shorter than four blocks, or one whose products would take more than
+    WORK_BYTES) the recursions; a VMP fit of one long sequence
     gives the same ELBO trace (to 1e-12) with and without the scan."""
     import blrgraph.families.categorical_chain as chain_math
     assert chain_math.use_scan(1, 300, 3)
     assert not chain_math.use_scan(100, 300, 3)
     assert not chain_math.use_scan(1, 4 * chain_math.SCAN_BLOCK - 1, 3)
+    assert not chain_math.use_scan(1, 10 ** 6, 3)     # 288 MB of products: the recursions
     x = two_state_data(T=300, seed=5)[None]
 
     def fit():

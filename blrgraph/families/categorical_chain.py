@@ -369,8 +369,9 @@ def use_scan(S, T, K):
     and K states: the recursions' cost is a fixed cost per step (a few numpy calls, any S)
     plus O(S K^2) per step, the scan's is O(S K^2) per step (more than the recursions')
     plus a fixed cost per block; measured (docs/benchmarks.md), the scan is the faster for
-    S K^2 up to about SCAN_WORK and T of at least a few blocks."""
-    return T >= 4 * SCAN_BLOCK and S * K * K <= SCAN_WORK
+    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its products of the steps
+    take 32 T S K^2 bytes; above WORK_BYTES the recursions run instead (O(T K S) memory)."""
+    return T >= 4 * SCAN_BLOCK and S * K * K <= SCAN_WORK and 32 * T * S * K * K <= WORK_BYTES
 
 
 def _forward_backward_scan(U, P, L, block=None, work=None):
