@@ -43,7 +43,7 @@ BCHUNK = 64
 #: the block length of the scan over time (:func:`_forward_backward_scan`)
 SCAN_BLOCK = 32
 #: forward_backward takes the scan for S K^2 up to this (:func:`use_scan`)
-SCAN_WORK = 64
+SCAN_WORK = 128
 
 
 class ChainStats:
