@@ -362,8 +362,6 @@ def sample_paths(log_unary, log_trans, lengths=None, rng=None, size=()):
     return out.reshape(size + (S, T))
 
 
-
-
 def use_scan(S, T, K):
     """Whether :func:`forward_backward` takes the blocked scan for S sequences of T steps
     and K states: the recursions' cost is a fixed cost per step (a few numpy calls, any S)
