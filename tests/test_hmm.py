@@ -353,6 +353,105 @@ def test_scaled_recursion_underflow_falls_back_to_log_space(monkeypatch):
         np.testing.assert_allclose(st.counts[s], counts, atol=1e-12)
 
 
+# ---- the blocked scan over time (few long sequences) ---------------------------------------
+
+def _same_as_recursions(U, P, L, scan_st):
+    """The scan's results equal the recursions' (forward_backward(scan=False)) to 1e-12."""
+    ref = forward_backward(U, P, L, scan=False)
+    np.testing.assert_allclose(scan_st.log_z, ref.log_z, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(scan_st.marginals, ref.marginals, rtol=0, atol=1e-12)
+    scale = max(1.0, float(np.max(ref.counts)))
+    np.testing.assert_allclose(scan_st.counts, ref.counts, rtol=1e-12, atol=1e-12 * scale)
+    np.testing.assert_array_equal(scan_st.lengths, ref.lengths)
+    np.testing.assert_array_equal(scan_st.valid, ref.valid)
+
+
+@pytest.mark.parametrize("S,T,K,shared,short,block", [
+    (1, 3001, 3, True, False, None),      # one long sequence, the default block
+    (1, 3001, 3, False, False, 7),        # its own transition matrix
+    (40, 37, 4, True, True, 5),           # many short sequences, lengths 0..T
+    (30, 41, 3, False, True, 4),          # T - 1 = 10 blocks of 4 exactly
+    (6, 42, 2, True, True, 4),            # one transition more than 10 blocks
+    (6, 40, 2, True, False, 4),           # one less
+    (5, 50, 5, True, True, 1),            # blocks of one step
+    (5, 50, 3, False, True, 64),          # one block, longer than the chain
+    (3, 9, 3, True, True, 2)])            # lengths on every block boundary (below)
+def test_scan_equals_the_recursions(monkeypatch, S, T, K, shared, short, block):
+    """forward_backward's blocked scan (a product of B steps per block, all blocks at
+    once, a doubling scan over the blocks' products, then every step at once) gives the
+    log Z, marginals and expected counts of the scaled recursions to 1e-12, on random
+    potentials with emissions spread over tens of nats: one long sequence, many short
+    ones, sequence ends (masks) anywhere, on and next to block boundaries, blocks of one
+    step and a block longer than the chain, shared and per-sequence transitions."""
+    import blrgraph.families.categorical_chain as chain_math
+    if block:
+        monkeypatch.setattr(chain_math, "SCAN_BLOCK", block)
+    rng = np.random.default_rng(S * 1000 + T + K)
+    U = 6.0 * rng.normal(size=(S, T, K))
+    P = np.log(rng.dirichlet(np.ones(K), size=(K,) if shared else (S, K)))
+    L = None
+    if short:
+        L = rng.integers(0, T + 1, size=S)
+        L[:3] = [0, 1, T]
+        if T == 9:
+            L = np.array([2, 3, 5])       # block 2 of the 8 transitions: ends at 1, 3, 5
+    st_ = chain_math._forward_backward_scan(*chain_math._check(U, P, L))
+    assert st_ is not None                # the scan itself, not its fallback
+    _same_as_recursions(U, P, L, st_)
+    np.testing.assert_allclose(st_.marginals.sum(-1), 1.0, atol=1e-13)
+
+
+def test_scan_falls_back_to_the_recursions_where_its_sums_underflow(monkeypatch):
+    """A block whose product has only columns of exact zeros where the boundary vector
+    lives (transitions of probability 0 against data insisting on them): the scan gives
+    up (None) and forward_backward(scan=True) returns the recursions' results."""
+    import blrgraph.families.categorical_chain as chain_math
+    T = 200
+    with np.errstate(divide="ignore"):
+        P = np.log(np.array([[1.0, 0.0], [0.0, 1.0]]))  # never leave the first state
+    U = np.zeros((1, T, 2))
+    U[0, 0] = [0.0, -np.inf]
+    U[0, 1:, 0] = -900.0                                  # the data say: the other state
+    with np.errstate(divide="ignore"):
+        assert chain_math._forward_backward_scan(*chain_math._check(U, P, None)) is None
+        st_ = forward_backward(U, P, scan=True)
+        ref = forward_backward(U, P, scan=False)
+    for name in ("marginals", "counts", "log_z"):
+        np.testing.assert_array_equal(getattr(st_, name), getattr(ref, name))
+    np.testing.assert_allclose(st_.log_z, -900.0 * (T - 1), rtol=1e-12)
+
+
+def test_the_scan_is_taken_for_few_long_sequences(monkeypatch):
+    """use_scan: one sequence of 300 steps takes the scan, 100 sequences of 300 steps
+    (or a chain shorter than four blocks, or one whose products would take more than
+    WORK_BYTES) the recursions; a VMP fit of one long sequence
+    gives the same ELBO trace (to 1e-12) with and without the scan."""
+    import blrgraph.families.categorical_chain as chain_math
+    assert chain_math.use_scan(1, 300, 3)
+    assert not chain_math.use_scan(100, 300, 3)
+    assert not chain_math.use_scan(1, 4 * chain_math.SCAN_BLOCK - 1, 3)
+    assert not chain_math.use_scan(1, 10 ** 6, 3)     # 288 MB of products: the recursions
+    x = two_state_data(T=300, seed=5)[None]
+
+    def fit():
+        pi, A, mu, tau = priors(2)
+        z = bg.CategoricalMarkovChain(pi, A, length=300, plates=(1,), name="z")
+        y = bg.Mixture(z, bg.Normal, mu, tau, name="y").observe(x)
+        return bg.Model(y).fit("vmp", max_iter=15, tol=0, seed=1).elbo_trace
+
+    calls = []
+    scan = chain_math._forward_backward_scan
+    monkeypatch.setattr(chain_math, "_forward_backward_scan",
+                        lambda *a, **k: calls.append(1) or scan(*a, **k))
+    with_scan = fit()
+    assert calls
+    monkeypatch.setattr(chain_math, "SCAN_WORK", 0)
+    n = len(calls)
+    without = fit()
+    assert len(calls) == n
+    np.testing.assert_allclose(with_scan, without, rtol=1e-12)
+
+
 def test_viterbi_is_the_most_probable_path():
     rng = np.random.default_rng(7)
     K, T = 3, 6

@@ -40,6 +40,10 @@ WORK_BYTES = 2 ** 28
 #: backward loop
 CHUNK = 32
 BCHUNK = 64
+#: the block length of the scan over time (:func:`_forward_backward_scan`)
+SCAN_BLOCK = 32
+#: forward_backward takes the scan for S K^2 up to this (:func:`use_scan`)
+SCAN_WORK = 128
 
 
 class ChainStats:
@@ -89,13 +93,17 @@ def _buffer(work, name, shape):
     return a
 
 
-def forward_backward(log_unary, log_trans, lengths=None, work=None):
+def forward_backward(log_unary, log_trans, lengths=None, work=None, scan=None):
     """Marginals, expected transition counts and log Z of S chains.
 
     log_unary (S, T, K); log_trans (K, K) or (S, K, K); lengths (S,) in 0..T or
     None (all T); ``work``: None or a dict in which the large intermediate arrays are
     kept for the next call with the same shapes (the caller's; the results never
-    share memory with it). Returns a :class:`ChainStats`.
+    share memory with it); ``scan``: True for the blocked scan over time
+    (:func:`_forward_backward_scan`), False for the recursions below, None (default)
+    for the scan where it is the faster (:func:`use_scan`: few long sequences). The
+    scan falls back to the recursions where its sums leave the floating-point range.
+    Returns a :class:`ChainStats`.
 
     The recursions run on (T, K, S) arrays, so that one step is a contiguous (K, S)
     slice: with a shared transition matrix a forward step is one (K, K) @ (K, S)
@@ -110,6 +118,10 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None):
     loop. The expected counts are one (K, n) @ (n, K) product per sequence and block."""
     U, P, L = _check(log_unary, log_trans, lengths)
     S, T, K = U.shape
+    if T > 1 and (use_scan(S, T, K) if scan is None else scan):
+        st = _forward_backward_scan(U, P, L, work=work)
+        if st is not None:
+            return st
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
     short = not bool(np.all(valid))
     shared = P.ndim == 2 or P.shape[0] == 1
@@ -348,3 +360,205 @@ def sample_paths(log_unary, log_trans, lengths=None, rng=None, size=()):
             nxt = np.where((t < L)[None, :], cur, -1)
             out[:, :, t] = nxt
     return out.reshape(size + (S, T))
+
+
+def use_scan(S, T, K):
+    """Whether :func:`forward_backward` takes the blocked scan for S sequences of T steps
+    and K states: the recursions' cost is a fixed cost per step (a few numpy calls, any S)
+    plus O(S K^2) per step, the scan's is O(S K^2) per step (more than the recursions')
+    plus a fixed cost per block; measured (docs/benchmarks.md), the scan is the faster for
+    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its products of the steps
+    take 32 T S K^2 bytes; above WORK_BYTES the recursions run instead (O(T K S) memory)."""
+    return T >= 4 * SCAN_BLOCK and S * K * K <= SCAN_WORK and 32 * T * S * K * K <= WORK_BYTES
+
+
+def _forward_backward_scan(U, P, L, block=None, work=None):
+    """The results of :func:`forward_backward`'s recursions by a blocked scan over time
+    (for few long sequences). With b_t = exp(U_t - c_t) and At = exp(P - m), the forward
+    vectors are alpha_t = M_t alpha_{t-1} with M_t = diag(b_t) At^T, and the backward
+    vectors beta_{t-1} = N_t beta_t with N_t = At diag(b_t) = M_t^T, from beta = 1 at a
+    sequence's last step L - 1. The transitions are split into blocks of B steps (the
+    forward blocks from t = 1, the backward blocks ending at t = L - 1, so the padding of
+    the last (first) block comes after (before) every step it could change). Then:
+
+    1. within every block at once, the products of its first k matrices M and of its last
+       k matrices N: one loop of B steps, each one product of (K, K) with (K, K x blocks)
+       for both directions (a divisor per block and direction every RENORM steps);
+    2. the boundaries: the blocks' whole products scanned by recursive doubling (log2 of
+       the number of blocks rounds, all blocks at once) give alpha and beta at every
+       block's start;
+    3. every step's alpha and beta: its block's product applied to the boundary's vector,
+       all steps at once.
+
+    The marginals are alpha_t beta_t and the expected counts the xi_t = alpha_{t-1} (At o
+    (b_t beta_t)^T), each normalised to sum 1 (they sum to Z in exact arithmetic); log Z
+    is the scale of alpha at step L - 1. Every sum is of positive terms, so the results
+    equal the recursions' to rounding. Returns None when a divisor or a sum falls below
+    TINY or is not finite (the caller then runs the recursions)."""
+    S, T, K = U.shape
+    n = T - 1                                       # transitions t = 1..T-1
+    B = min(int(block) if block else SCAN_BLOCK, n)
+    nb = -(-n // B)
+    npad, Nb = nb * B, S * nb
+    shared = P.ndim == 2 or P.shape[0] == 1
+    Pm = P.reshape(1, K, K) if shared else P
+    m = np.max(Pm, axis=(-2, -1))                   # (1 or S,): At <= 1
+    At = np.exp(Pm - m[:, None, None])              # (1 or S, K, K)
+    c = U[..., 0].copy()                            # (S, T): max_k U_t[k]
+    for i in range(1, K):
+        np.maximum(c, U[..., i], out=c)
+    b = np.exp(U - c[..., None])                    # (S, T, K), max 1
+    full = bool(np.all(L == T))
+    tt = np.arange(T)
+    # b of step k of block j of sequence s (column s nb + j), forward: transition t = 1 +
+    # j B + k; backward (taken in the order k = B - 1 .. 0): t = L_s - 1 - (npad - 1 - j B
+    # - k); steps outside 1..T-1 (padding) get b = 1
+    bs = np.empty((B, 2, K, 1, Nb))
+    bf = np.ones((S, npad, K))
+    bf[:, :n] = b[:, 1:]
+    bs[:, 0, :, 0] = bf.reshape(S, nb, B, K).transpose(2, 3, 0, 1).reshape(B, K, Nb)
+    if full:
+        bw = np.ones((S, npad, K))
+        bw[:, npad - n:] = b[:, 1:]
+    else:
+        p = np.arange(npad)
+        tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
+        tb = np.where(tb >= 1, tb, T)
+        bw = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
+    bs[:, 1, :, 0] = bw.reshape(S, nb, B, K)[:, :, ::-1].transpose(2, 3, 0, 1).reshape(B, K, Nb)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        # 1. X[k] = M_k ... M_0 of each forward block (scale lx), Y[k] = N_k ... N_{B-1} of
+        # each backward block (scale ly)
+        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
+        # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
+        G = np.empty((2, K, K, S, nb))
+        G[0] = X[-1].reshape(K, K, S, nb)
+        G[1] = Y[0].reshape(K, K, S, nb)[..., ::-1]
+        lg = np.stack([lx[-1].reshape(S, nb), ly[0].reshape(S, nb)[:, ::-1]])
+        G, lg, low = _doubling(G, lg)
+        a0 = b[:, 0].T                                                    # (K, S)
+        sa0 = a0.sum(0)
+        a0 = a0 / sa0
+        va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
+        vr = G[1].sum(1)[..., ::-1]                                       # beta at the
+        sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
+        a = np.empty((K, S, nb))                                          # alpha at j B
+        a[:, :, 0] = a0
+        a[:, :, 1:] = va[:, :, :-1] / sva[:, :-1]
+        la = np.empty((S, nb))                                            # its log scale
+        la[:, 0] = np.log(sa0)
+        la[:, 1:] = la[:, :1] + lg[0][:, :-1] + np.log(sva[:, :-1])
+        r = np.empty((K, S, nb))                                          # beta at the end
+        r[:, :, -1] = 1.0 / K                                             # of backward block j
+        r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
+        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
+        av = _apply(X, a.reshape(K, Nb))                                  # (B, K, Nb)
+        bv = _apply(Y, r.reshape(K, Nb))
+        alpha = np.empty((S, T, K))
+        alpha[:, 0] = a0.T
+        alpha[:, 1:] = av.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)[:, :n]
+        bflat = np.empty((S, npad + 1, K))
+        bflat[:, :npad] = bv.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)
+        bflat[:, npad] = 1.0 / K
+        if full:
+            beta = bflat[:, npad - n:]
+        else:   # beta at step tau < L - 1 is bflat[tau - L + 1 + npad]; 1 from L - 1 on
+            idx = np.clip(tt[None, :] - L[:, None] + 1 + npad, 0, npad)
+            beta = bflat[np.arange(S)[:, None], idx]
+        ones = np.ones(K)
+        # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
+        si = np.arange(S)
+        last = np.clip(L - 1, 0, T - 1)
+        j, k = np.divmod(np.maximum(last - 1, 0), B)
+        lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
+        csum = c.sum(1) if full else np.where(tt[None, :] < L[:, None], c, 0.0).sum(1)
+        asum = alpha[si, last] @ ones
+        log_z = lz + np.log(asum) + csum + np.maximum(L - 1, 0) * m
+        log_z = np.where(L > 0, log_z, 0.0)
+        ab = alpha * beta
+        gsum = ab @ ones
+        gamma = np.divide(ab, gsum[..., None], out=ab)
+        # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
+        # same for any scale of alpha_{t-1} and of beta_t)
+        g = b[:, 1:] * beta[:, 1:]                                        # (S, n, K)
+        an = alpha[:, :-1] * np.matmul(g, np.swapaxes(At, -1, -2))
+        w = 1.0 / (an @ ones)
+        if not full:
+            w[~(tt[None, 1:] < L[:, None])] = 0.0
+        np.multiply(alpha[:, :-1], w[..., None], out=an)
+        counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
+        ok = low > TINY and ldiv > np.log(TINY) and \
+            all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, gsum))
+        if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
+            return None
+    return ChainStats(gamma, counts, log_z, L, tt[None, :] < L[:, None])
+
+
+def _block_products(bs, At, shared, S, nb, work=None):
+    """Step 1 of :func:`_forward_backward_scan`: ``bs`` (B, 2, K, 1, Nb) the b of the
+    forward and the backward steps. Both directions are a product with b then one with a
+    fixed matrix: forward X_k = diag(b_k) At^T X_{k-1} is the product with At^T after the
+    one with b (the state kept between steps is At^T X_{k-1}, starting from At^T),
+    backward Y_k = At diag(b_k) Y_{k+1} (starting from the identity). Returns X (B, K, K,
+    Nb), its log scale lx (B, Nb), Y (B, K, K, Nb) in the order of k and ly (B, Nb) (the
+    products are X exp(lx), Y exp(ly)), and the log of the smallest divisor. Every RENORM
+    steps each block's two matrices are divided by their sums (the sums grow by at most a
+    factor K per step in between)."""
+    B, _, K, _, Nb = bs.shape
+    Tm = _buffer(work, "scan_t", (B, 2, K, K, Nb))    # b o state: the forward X_k
+    Om = _buffer(work, "scan_o", (B, 2, K, K, Nb))    # after the matrix: the backward Y
+    ls = np.zeros((B, 2, Nb))           # logs of the divisors applied after step k
+    if shared:
+        W = np.stack([At[0].T, At[0]])                                    # (2, K, K)
+        Z = np.empty((2, K, K, Nb))
+        Z[0] = At[0].T[:, :, None]
+        Z[1] = np.eye(K)[:, :, None]
+    else:
+        Aw = np.moveaxis(At, 0, -1)                                       # (K, K, S)
+        W = np.repeat(np.stack([Aw.transpose(1, 0, 2), Aw]), nb, axis=-1)  # (2, K, K, Nb)
+        Z = np.empty((2, K, K, Nb))
+        Z[0] = W[0]
+        Z[1] = np.eye(K)[:, :, None]
+    mul, div, matmul = np.multiply, np.divide, np.matmul
+    for k in range(B):
+        t, o = Tm[k], Om[k]
+        mul(bs[k], Z, out=t)
+        if shared:
+            matmul(W, t.reshape(2, K, K * Nb), out=o.reshape(2, K, K * Nb))
+        else:
+            np.einsum("dijn,djln->diln", W, t, out=o)
+        if (k + 1) % RENORM == 0 or k == B - 1:
+            s = o.reshape(2, K * K, Nb).sum(1)
+            div(o, s[:, None, None, :], out=o)
+            np.log(s, out=ls[k])
+        Z = o
+    lc = np.cumsum(ls, axis=0)
+    lx = np.zeros((B, Nb))
+    lx[1:] = lc[:-1, 0]
+    low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
+    return Tm[:, 0], lx, Om[::-1, 1], lc[::-1, 1], min(low, np.min(ls[B - 1]))
+
+
+def _doubling(G, lg):
+    """Prefix products P_j = G_j G_{j-1} ... G_0 along the last axis of the (2, K, K, S,
+    n) matrices G (log scales lg (2, S, n): the products are G exp(lg)), by recursive
+    doubling (Hillis and Steele 1986): log2(n) rounds, each one product of every pair
+    (j, j - d), divided by its sum. Returns (P, lp, the smallest of those sums)."""
+    n = G.shape[-1]
+    d = 1
+    low = np.inf
+    while d < n:
+        H, lh = G.copy(), lg.copy()
+        w = np.einsum("dij...,djl...->dil...", G[..., d:], G[..., :-d], out=H[..., d:])
+        s = w.sum(axis=(1, 2))
+        np.divide(w, s[:, None, None], out=w)
+        lh[..., d:] += lg[..., :-d] + np.log(s)
+        low = min(low, s.min())
+        G, lg = H, lh
+        d *= 2
+    return G, lg, low
+
+
+def _apply(X, u):
+    """(B, K, K, Nb) matrices times (K, Nb) vectors (one per column): sum_l X[:, :, l] u[l]."""
+    return np.einsum("bkln,ln->bkn", X, u)
