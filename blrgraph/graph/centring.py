@@ -27,7 +27,7 @@ import numpy as np
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal_wishart import NormalWishart as NormalWishartFamily
 
-from .deterministic import Gather
+from .deterministic import Add, Dot, Gate, Gather
 from .factors.fixed import FixedPrior
 from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor,
                                NormalGammaFactor, NormalWishartFactor)
@@ -57,6 +57,18 @@ def _location_parents(node):
     if isinstance(f, _LOCATION_FACTORS):
         return [(f.parents[0], False)]
     return []
+
+
+def _boundary(node):
+    """A ``Dot`` with a design matrix or an ``Add`` (of such, of Normal nodes, of constants):
+    it publishes the moments of its value minus its own shift, computed from its operands'
+    centred moments and shifts (deterministic.py: ``parts``), so it joins its child's
+    location group while each operand keeps its own group."""
+    if isinstance(node, Dot):
+        return node.X is not None
+    if isinstance(node, Add):
+        return all(_boundary(p) or not p.deterministic for p in node.operands)
+    return False
 
 
 class _Groups:
@@ -98,7 +110,11 @@ def location_groups(model):
             if isinstance(n, Gather):
                 if _locational(n.source):
                     link(n, n.source, False)
-            else:   # Dot: X w does not commute with a shift of y or of w
+            elif isinstance(n, Gate) and n.axis == len(n.node.plates) - 1 and _locational(n.node):
+                link(n, n.node, True)   # r-averaged moments: the components' coordinates
+            elif _boundary(n):
+                pass   # its own shift, read from its operands' (deterministic.py: parts)
+            else:   # Dot of two latent vectors: x w does not commute with a shift of x or w
                 pinned.add(n)
                 pinned.update(p for p in n.parents if _locational(p))
             continue
@@ -234,6 +250,12 @@ def centre_model(model):
                 c = own[0]
         vector = _is_vector(members)
         for n in members:
+            if _boundary(n):
+                s = _member_shift(c, flag.get(n, False), vector)
+                if not _same(s, n.provides.shift):
+                    n.provides = n.provides.with_shift(s)
+                    n._cache = None
+                continue
             if not n.stochastic:
                 continue
             s = _member_shift(c, flag.get(n, False), vector)
@@ -256,6 +278,9 @@ def centre_model(model):
         for n in members:
             if isinstance(n, Gather):
                 n.provides = n.source.provides
+                n._cache = None
+            elif isinstance(n, Gate):
+                n.provides = n.node.provides
                 n._cache = None
         for const, child, mix in consts:
             s = _member_shift(c, mix or flag.get(child, False), vector)
