@@ -27,6 +27,7 @@ import numpy as np
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal_wishart import NormalWishart as NormalWishartFamily
 
+from .chains_gaussian import GaussianChainFactor
 from .deterministic import Add, Dot, Gate, Gather
 from .factors.fixed import FixedPrior
 from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor,
@@ -50,6 +51,8 @@ def _locational(node):
 def _location_parents(node):
     """(parent, via_mixture) of the location slot of a stochastic node's factor."""
     f = node.factor
+    if isinstance(f, GaussianChainFactor):   # mean0; a shift needs a known A (A c = c)
+        return [(f.parents[0], False)] if isinstance(f.parents[2], Constant) else []
     if isinstance(f, MixtureFactor):
         if isinstance(f.component, _LOCATION_FACTORS):
             return [(f.parents[1], True)]
@@ -168,6 +171,8 @@ def _k_axes(members, edges, anchor, consts):
     # a gather picks entries of its source's first axis: c must not vary along it
     plates += [((-1,) + tuple(n.source.plates[1:]), flag.get(n.source)) for n in members
                if isinstance(n, Gather)]
+    # a chain's c is one per sequence: it must not vary along the time axis
+    plates += [(tuple(n.plates[:-1]) + (-1,), flag.get(n)) for n in members if _is_chain(n)]
     # (a constant component parameter of a mixture: the statistics-matrix path reads its
     # moments with the parameters' plates; elsewhere constants broadcast)
     plates += [(tuple(c.plates), True) for c, child, mix in consts if mix]
@@ -210,6 +215,24 @@ def _data_shift(node, k):
     return c if np.any(c != 0) else None
 
 
+def _is_chain(node):
+    return isinstance(getattr(node, "factor", None), GaussianChainFactor)
+
+
+def _chain_fixed(members, c):
+    """c with the coordinates a chain's dynamics do not keep set to 0: x_t - c follows the
+    same chain (mean0 - c) only when A c = c, i.e. c_j = 0 wherever column j of A - I is
+    not 0 (a local linear trend keeps the level's c, not the slope's)."""
+    if c is None:
+        return c
+    for n in members:
+        if _is_chain(n):
+            A = np.asarray(n.factor.parents[2].value, dtype=float)
+            moved = np.any((A - np.eye(A.shape[-1])) != 0, axis=tuple(range(A.ndim - 1)))
+            c = np.where(moved, 0.0, c)
+    return c if np.any(c != 0) else None
+
+
 def _member_shift(c, flag, vector):
     if c is None or not flag:
         return c
@@ -246,8 +269,11 @@ def centre_model(model):
         elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
             own = [n.family.shift for n in members if n.stochastic and
                    isinstance(n.factor, FixedPrior) and n.family.shift is not None]
+            own += [n.factor.parents[0].value for n in members if _is_chain(n) and
+                    isinstance(n.factor.parents[0], Constant)]   # a chain's constant mean0
             if own and np.ndim(own[0]) <= (1 if _is_vector(members) else 0):
                 c = own[0]
+        c = _chain_fixed(members, c)
         vector = _is_vector(members)
         for n in members:
             if _boundary(n):
@@ -263,14 +289,17 @@ def centre_model(model):
                 continue
             old = n.family
             new = old.with_shift(s)
-            n.family = n.provides = new
+            if _is_chain(n):    # its own family, and per-step MultivariateNormal moments
+                n.family, n.provides = new, n.provides.with_shift(s)
+            else:
+                n.family = n.provides = new
             if isinstance(n.factor, FixedPrior):
                 n.factor.set_family(new)
             n._obs_moments = None
             n._centred = None
             n.release()
             if not n.observed and n.nat is not None:
-                if n.fitted:
+                if n.fitted and not _is_chain(n):
                     params = old.params_from_natural(n.nat)
                     n.set_natural(new.natural_from_params(*[params[p] for p in new.param_names]))
                 else:

@@ -282,7 +282,8 @@ class GaussianMarkovChain(Stochastic):
         if self.observed:
             return ChildData(self.value, self.full_moments(), self.plates, 1)
         if self.point:
-            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
+            return ChildData(self.family.centred_point_value(self.nat),
+                             self.family.point_stats(self.nat),
                              self.plates, 1)
         return ChildData(None, self.full_moments(), self.plates, 1)
 
