@@ -269,8 +269,9 @@ def centre_model(model):
         elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
             own = [n.family.shift for n in members if n.stochastic and
                    isinstance(n.factor, FixedPrior) and n.family.shift is not None]
-            own += [n.factor.parents[0].value for n in members if _is_chain(n) and
-                    isinstance(n.factor.parents[0], Constant)]   # a chain's constant mean0
+            # or a constant in a location slot (a prior N(m0, P0) given as arrays, a
+            # chain's mean0): the group's nodes then sit near it
+            own += [const.value for const, child, mix in consts if not mix]
             if own and np.ndim(own[0]) <= (1 if _is_vector(members) else 0):
                 c = own[0]
         c = _chain_fixed(members, c)
