@@ -247,12 +247,15 @@ def test_offsets_and_scales_change_nothing_but_the_location_and_scale(kind, offs
     n_obs = sum(int(np.sum(n.mask if n.mask is not None else np.ones(n.plates)))
                 * int(np.prod(np.shape(n.value)[len(n.plates):], dtype=int))
                 for n in model.nodes if n.stochastic and n.observed)
-    close(f.elbo + n_obs * np.log(scale), bf.elbo, 1e-7, scale=1.0, what="ELBO + N log scale")
+    close(f.elbo + n_obs * np.log(scale), bf.elbo, 1e-8, scale=1.0, what="ELBO + N log scale")
+    # an offset alone changes nothing; a scale moves the ELBO by N log s, so the relative
+    # stopping rule ends the two fits some sweeps apart (parameters then agree to ~1e-6)
+    rtol = 1e-8 if scale == 1.0 else 1e-5
     for name, rows in params.items():
         got, want = model[name].posterior.params, base[name].posterior.params
         for p, loc, power in rows:
             g, w = np.sort(np.ravel(got[p])), np.sort(np.ravel(want[p]))
             if loc:
-                close((g - offset) / scale, w, 1e-7, scale=1.0, what=f"{name}.{p}")
+                close((g - offset) / scale, w, rtol, scale=1.0, what=f"{name}.{p}")
             else:
-                close(g * float(scale) ** -power, w, 1e-7, scale=1e-300, what=f"{name}.{p}")
+                close(g * float(scale) ** -power, w, rtol, scale=1e-300, what=f"{name}.{p}")
