@@ -193,9 +193,42 @@ def _k_axes(members, edges, anchor, consts):
     return flag, k
 
 
+def _dask(node):
+    """Are the node's data a dask array (docs/scaling.md)? Its partitions are then centred
+    with the c of all its rows, computed on the cluster when the model is built."""
+    return node.value is None and getattr(getattr(node, "source", None), "dask", False)
+
+
+def _data_size(node):
+    return int(np.prod(node.source.shape, dtype=np.int64)) if _dask(node) else np.size(node.value)
+
+
+def _dask_shift(node, k):
+    """:func:`_data_shift` of rows held in a dask array: one pass over the chunks for the
+    sums of d = x - x_0 and d^2 about the first entry x_0 (so the variance keeps its
+    digits far from zero), reduced on the cluster."""
+    import dask
+    arr = node.source.arr
+    nplates = len(node.plates)
+    axes = tuple(range(nplates - k))
+    x0 = np.asarray(arr[(0,) * len(axes)].compute(), dtype=float)
+    d = arr.astype(float) - x0
+    s1, s2 = dask.compute(d.sum(axis=axes), (d * d).sum(axis=axes))
+    n = float(np.prod([node.plates[a] for a in axes], dtype=np.int64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m1 = np.asarray(s1, dtype=float) / n
+        mean = x0 + m1
+        var = np.maximum(np.asarray(s2, dtype=float) / n - m1 * m1, 0.0)
+    ok = (n > 0) & np.isfinite(mean) & (np.abs(mean) > CENTRE_IF * np.sqrt(var))
+    c = np.where(ok, mean, 0.0)
+    return c if np.any(c != 0) else None
+
+
 def _data_shift(node, k):
     """Mean of the node's observed data over all but the last k plate axes (per coordinate
     of a vector); 0 where it is within CENTRE_IF standard deviations of 0 or unobserved."""
+    if _dask(node):
+        return _dask_shift(node, k)
     x = np.asarray(node.value, dtype=float)
     nplates = len(node.plates)
     axes = tuple(range(nplates - k))
@@ -257,10 +290,11 @@ def centre_model(model):
     posterior is carried over to the new coordinates (through its parameters)."""
     changed = []
     for members, edges, pinned, consts in location_groups(model):
-        data = [n for n in members if n.stochastic and n.observed and n.value is not None]
+        data = [n for n in members if n.stochastic and n.observed and
+                (n.value is not None or _dask(n))]
         c, flag = None, {}
         if data and not pinned:
-            anchor = max(data, key=lambda n: (np.size(n.value), -n.id))
+            anchor = max(data, key=lambda n: (_data_size(n), -n.id))
             flag, k = _k_axes(members, edges, anchor, consts)
             c = _data_shift(anchor, k)
         elif not pinned and len(members) == 1 and \
