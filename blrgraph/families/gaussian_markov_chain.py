@@ -57,6 +57,28 @@ class GaussianMarkovChain(ExponentialFamily):
         return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
+    def validate_params(self, mean0, precision0, A, noise_precision, length, where=None):
+        """(mean0 (..., D), precision0 (D, D), A (D, D), noise precision as a (D, D) matrix,
+        length): a diagonal noise precision may be given as a number or a (D,) vector."""
+        where = where or self.name
+        m0, P0, A, Q = (np.asarray(a, dtype=float) for a in (mean0, precision0, A, noise_precision))
+        D = m0.shape[-1] if m0.ndim else 0
+        if Q.ndim <= 1:
+            Q = np.broadcast_to(Q, (D,))[..., :, None] * np.eye(D)
+        bad = [n for n, a in (("precision0", P0), ("A", A), ("noise_precision", Q))
+               if a.shape[-2:] != (D, D)]
+        if D < 1 or bad:
+            raise ValueError(f"{where}: mean0 must have shape (..., D) and {', '.join(bad) or 'the '}"
+                             f"matrices shape (D, D) with D = {D}")
+        if not all(np.all(np.isfinite(a)) for a in (m0, P0, A, Q)):
+            raise ValueError(f"{where}: the parameters must be finite")
+        for n, a in (("precision0", P0), ("noise_precision", Q)):
+            if np.any(np.linalg.eigvalsh(0.5 * (a + np.swapaxes(a, -1, -2))) <= 0):
+                raise ValueError(f"{where}: {n} must be symmetric positive definite")
+        if isinstance(length, bool) or int(length) != length or length < 1:
+            raise ValueError(f"{where}: length must be an integer >= 1, got {length!r}")
+        return m0, P0, A, Q, int(length)
+
     # a location shift c (D,) (docs/dev/numerics.md) makes this the family of x_t - c, which
     # is the same chain with mean0 - c only when A c = c (graph/centring.py checks it)
     def centre(self, x):

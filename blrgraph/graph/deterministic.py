@@ -280,6 +280,8 @@ class Dot(Deterministic):
         for p in sorted(self.operands, key=lambda n: n.id):
             if getattr(p, "_start", None) is not None:
                 continue   # a given start (``node.start_from``)
+            if not isinstance(getattr(p, "family", None), MVNFamily):
+                continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
 
