@@ -176,8 +176,9 @@ def test_gaussian_chain_sample_in_data_coordinates_far_from_zero():
     holds at 1e8), and their mean is the posterior mean."""
     off = 1e8
     x0, x1 = gaussian_chain(0.0, np.eye(2)), gaussian_chain(off, np.eye(2))
-    # the chain's group is never centred (docs/dev/numerics.md): its q is in data coordinates
-    assert x1.family.shift is None
+    # the chain is centred on its data (docs/dev/numerics.md): its q is that of x - c, and
+    # the draws are moved back to the data's coordinates
+    assert x1.family.shift is not None and np.all(np.abs(x1.family.shift - off) < 10)
     d0, d1 = x0.posterior.sample(2000, seed=7), x1.posterior.sample(2000, seed=7)
     assert d1.shape == (2000, 2, 4, 2)
     np.testing.assert_allclose(d1 - off, d0, rtol=0, atol=1e-6)

@@ -57,8 +57,35 @@ class GaussianMarkovChain(ExponentialFamily):
         return np.zeros(event_shape)
 
     # ---- parameterisations -------------------------------------------------
+    def validate_params(self, mean0, precision0, A, noise_precision, length, where=None):
+        """(mean0 (..., D), precision0 (D, D), A (D, D), noise precision as a (D, D) matrix,
+        length): a diagonal noise precision may be given as a number or a (D,) vector."""
+        where = where or self.name
+        m0, P0, A, Q = (np.asarray(a, dtype=float) for a in (mean0, precision0, A, noise_precision))
+        D = m0.shape[-1] if m0.ndim else 0
+        if Q.ndim <= 1:
+            Q = np.broadcast_to(Q, (D,))[..., :, None] * np.eye(D)
+        bad = [n for n, a in (("precision0", P0), ("A", A), ("noise_precision", Q))
+               if a.shape[-2:] != (D, D)]
+        if D < 1 or bad:
+            raise ValueError(f"{where}: mean0 must have shape (..., D) and {', '.join(bad) or 'the '}"
+                             f"matrices shape (D, D) with D = {D}")
+        if not all(np.all(np.isfinite(a)) for a in (m0, P0, A, Q)):
+            raise ValueError(f"{where}: the parameters must be finite")
+        for n, a in (("precision0", P0), ("noise_precision", Q)):
+            if np.any(np.linalg.eigvalsh(0.5 * (a + np.swapaxes(a, -1, -2))) <= 0):
+                raise ValueError(f"{where}: {n} must be symmetric positive definite")
+        if isinstance(length, bool) or int(length) != length or length < 1:
+            raise ValueError(f"{where}: length must be an integer >= 1, got {length!r}")
+        return m0, P0, A, Q, int(length)
+
+    # a location shift c (D,) (docs/dev/numerics.md) makes this the family of x_t - c, which
+    # is the same chain with mean0 - c only when A c = c (graph/centring.py checks it)
+    def centre(self, x):
+        return self._minus_c(x)
+
     def natural_from_params(self, mean0, precision0, A, noise_precision, length):
-        m0 = np.asarray(mean0, dtype=float)
+        m0 = self._minus_c(np.asarray(mean0, dtype=float))
         P0 = np.asarray(precision0, dtype=float)
         A = np.asarray(A, dtype=float)
         Q = np.asarray(noise_precision, dtype=float)
@@ -67,7 +94,7 @@ class GaussianMarkovChain(ExponentialFamily):
 
     def params_from_natural(self, nat):
         m, S, cross = self._smooth(nat)[:3]
-        return {"mean": m, "cov": S, "cross_cov": cross}
+        return {"mean": self._plus_c(m), "cov": S, "cross_cov": cross}
 
     # ---- the filter / smoother -----------------------------------------------
     def _filter(self, nat):
@@ -227,9 +254,12 @@ class GaussianMarkovChain(ExponentialFamily):
             lin = hf[..., t - 1, :] + np.einsum("...ji,...j->...i", C[..., t, :, :], out[..., t, :])
             out[..., t - 1, :] = _matvec(Jinv[..., t - 1, :, :], lin) + \
                 _matvec(L[..., t - 1, :, :], z[..., t - 1, :])
-        return out
+        return self._plus_c(out)
 
     def mean(self, nat):
+        return self._plus_c(self._smooth(nat)[0])
+
+    def centred_point_value(self, nat):
         return self._smooth(nat)[0]
 
     def cov(self, nat):
@@ -251,6 +281,7 @@ class GaussianMarkovChain(ExponentialFamily):
         scipy.stats.multivariate_normal."""
         from scipy import stats
         m, S = self._smooth(nat)[:2]
+        m = self._plus_c(m)
         return object_array(m.shape[:-1], lambda i: stats.multivariate_normal(mean=m[i], cov=S[i]))
 
 

@@ -179,6 +179,14 @@ class CategoricalMarkovChain(Stochastic):
     observed step (in every child) are cut from its chain. Masked steps inside a
     sequence are missing observations of a latent step."""
 
+    @property
+    def restrictable(self):
+        """A view of some entries along the data axis (a minibatch, the local block's
+        active rows) is a view of whole sequences: only with a sequence axis. One unplated
+        sequence has its time steps on the data axis, and they are coupled."""
+        return bool(self.seq_plates)
+
+
     def __init__(self, initial, transition, length, plates=None, columns=False, name=None):
         try:
             T = operator.index(length)

@@ -27,7 +27,8 @@ import numpy as np
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal_wishart import NormalWishart as NormalWishartFamily
 
-from .deterministic import Gather
+from .chains_gaussian import GaussianChainFactor
+from .deterministic import Add, Dot, Gate, Gather
 from .factors.fixed import FixedPrior
 from .factors.gaussian import (DiagonalGammaFactor, MultivariateNormalFactor, NormalFactor,
                                NormalGammaFactor, NormalWishartFactor)
@@ -50,6 +51,8 @@ def _locational(node):
 def _location_parents(node):
     """(parent, via_mixture) of the location slot of a stochastic node's factor."""
     f = node.factor
+    if isinstance(f, GaussianChainFactor):   # mean0; a shift needs a known A (A c = c)
+        return [(f.parents[0], False)] if isinstance(f.parents[2], Constant) else []
     if isinstance(f, MixtureFactor):
         if isinstance(f.component, _LOCATION_FACTORS):
             return [(f.parents[1], True)]
@@ -57,6 +60,18 @@ def _location_parents(node):
     if isinstance(f, _LOCATION_FACTORS):
         return [(f.parents[0], False)]
     return []
+
+
+def _boundary(node):
+    """A ``Dot`` with a design matrix or an ``Add`` (of such, of Normal nodes, of constants):
+    it publishes the moments of its value minus its own shift, computed from its operands'
+    centred moments and shifts (deterministic.py: ``parts``), so it joins its child's
+    location group while each operand keeps its own group."""
+    if isinstance(node, Dot):
+        return node.X is not None
+    if isinstance(node, Add):
+        return all(_boundary(p) or not p.deterministic for p in node.operands)
+    return False
 
 
 class _Groups:
@@ -98,7 +113,11 @@ def location_groups(model):
             if isinstance(n, Gather):
                 if _locational(n.source):
                     link(n, n.source, False)
-            else:   # Dot: X w does not commute with a shift of y or of w
+            elif isinstance(n, Gate) and n.axis == len(n.node.plates) - 1 and _locational(n.node):
+                link(n, n.node, True)   # r-averaged moments: the components' coordinates
+            elif _boundary(n):
+                pass   # its own shift, read from its operands' (deterministic.py: parts)
+            else:   # Dot of two latent vectors: x w does not commute with a shift of x or w
                 pinned.add(n)
                 pinned.update(p for p in n.parents if _locational(p))
             continue
@@ -152,6 +171,8 @@ def _k_axes(members, edges, anchor, consts):
     # a gather picks entries of its source's first axis: c must not vary along it
     plates += [((-1,) + tuple(n.source.plates[1:]), flag.get(n.source)) for n in members
                if isinstance(n, Gather)]
+    # a chain's c is one per sequence: it must not vary along the time axis
+    plates += [(tuple(n.plates[:-1]) + (-1,), flag.get(n)) for n in members if _is_chain(n)]
     # (a constant component parameter of a mixture: the statistics-matrix path reads its
     # moments with the parameters' plates; elsewhere constants broadcast)
     plates += [(tuple(c.plates), True) for c, child, mix in consts if mix]
@@ -172,9 +193,42 @@ def _k_axes(members, edges, anchor, consts):
     return flag, k
 
 
+def _dask(node):
+    """Are the node's data a dask array (docs/scaling.md)? Its partitions are then centred
+    with the c of all its rows, computed on the cluster when the model is built."""
+    return node.value is None and getattr(getattr(node, "source", None), "dask", False)
+
+
+def _data_size(node):
+    return int(np.prod(node.source.shape, dtype=np.int64)) if _dask(node) else np.size(node.value)
+
+
+def _dask_shift(node, k):
+    """:func:`_data_shift` of rows held in a dask array: one pass over the chunks for the
+    sums of d = x - x_0 and d^2 about the first entry x_0 (so the variance keeps its
+    digits far from zero), reduced on the cluster."""
+    import dask
+    arr = node.source.arr
+    nplates = len(node.plates)
+    axes = tuple(range(nplates - k))
+    x0 = np.asarray(arr[(0,) * len(axes)].compute(), dtype=float)
+    d = arr.astype(float) - x0
+    s1, s2 = dask.compute(d.sum(axis=axes), (d * d).sum(axis=axes))
+    n = float(np.prod([node.plates[a] for a in axes], dtype=np.int64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m1 = np.asarray(s1, dtype=float) / n
+        mean = x0 + m1
+        var = np.maximum(np.asarray(s2, dtype=float) / n - m1 * m1, 0.0)
+    ok = (n > 0) & np.isfinite(mean) & (np.abs(mean) > CENTRE_IF * np.sqrt(var))
+    c = np.where(ok, mean, 0.0)
+    return c if np.any(c != 0) else None
+
+
 def _data_shift(node, k):
     """Mean of the node's observed data over all but the last k plate axes (per coordinate
     of a vector); 0 where it is within CENTRE_IF standard deviations of 0 or unobserved."""
+    if _dask(node):
+        return _dask_shift(node, k)
     x = np.asarray(node.value, dtype=float)
     nplates = len(node.plates)
     axes = tuple(range(nplates - k))
@@ -191,6 +245,24 @@ def _data_shift(node, k):
         var = np.sum(w * d * d, axis=axes) / n
     ok = (n > 0) & np.isfinite(mean) & (np.abs(mean) > CENTRE_IF * np.sqrt(var))
     c = np.where(ok, mean, 0.0)
+    return c if np.any(c != 0) else None
+
+
+def _is_chain(node):
+    return isinstance(getattr(node, "factor", None), GaussianChainFactor)
+
+
+def _chain_fixed(members, c):
+    """c with the coordinates a chain's dynamics do not keep set to 0: x_t - c follows the
+    same chain (mean0 - c) only when A c = c, i.e. c_j = 0 wherever column j of A - I is
+    not 0 (a local linear trend keeps the level's c, not the slope's)."""
+    if c is None:
+        return c
+    for n in members:
+        if _is_chain(n):
+            A = np.asarray(n.factor.parents[2].value, dtype=float)
+            moved = np.any((A - np.eye(A.shape[-1])) != 0, axis=tuple(range(A.ndim - 1)))
+            c = np.where(moved, 0.0, c)
     return c if np.any(c != 0) else None
 
 
@@ -218,10 +290,11 @@ def centre_model(model):
     posterior is carried over to the new coordinates (through its parameters)."""
     changed = []
     for members, edges, pinned, consts in location_groups(model):
-        data = [n for n in members if n.stochastic and n.observed and n.value is not None]
+        data = [n for n in members if n.stochastic and n.observed and
+                (n.value is not None or _dask(n))]
         c, flag = None, {}
         if data and not pinned:
-            anchor = max(data, key=lambda n: (np.size(n.value), -n.id))
+            anchor = max(data, key=lambda n: (_data_size(n), -n.id))
             flag, k = _k_axes(members, edges, anchor, consts)
             c = _data_shift(anchor, k)
         elif not pinned and len(members) == 1 and \
@@ -230,10 +303,20 @@ def centre_model(model):
         elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
             own = [n.family.shift for n in members if n.stochastic and
                    isinstance(n.factor, FixedPrior) and n.family.shift is not None]
+            # or a constant in a location slot (a prior N(m0, P0) given as arrays, a
+            # chain's mean0): the group's nodes then sit near it
+            own += [const.value for const, child, mix in consts if not mix]
             if own and np.ndim(own[0]) <= (1 if _is_vector(members) else 0):
                 c = own[0]
+        c = _chain_fixed(members, c)
         vector = _is_vector(members)
         for n in members:
+            if _boundary(n):
+                s = _member_shift(c, flag.get(n, False), vector)
+                if not _same(s, n.provides.shift):
+                    n.provides = n.provides.with_shift(s)
+                    n._cache = None
+                continue
             if not n.stochastic:
                 continue
             s = _member_shift(c, flag.get(n, False), vector)
@@ -241,14 +324,17 @@ def centre_model(model):
                 continue
             old = n.family
             new = old.with_shift(s)
-            n.family = n.provides = new
+            if _is_chain(n):    # its own family, and per-step MultivariateNormal moments
+                n.family, n.provides = new, n.provides.with_shift(s)
+            else:
+                n.family = n.provides = new
             if isinstance(n.factor, FixedPrior):
                 n.factor.set_family(new)
             n._obs_moments = None
             n._centred = None
             n.release()
             if not n.observed and n.nat is not None:
-                if n.fitted:
+                if n.fitted and not _is_chain(n):
                     params = old.params_from_natural(n.nat)
                     n.set_natural(new.natural_from_params(*[params[p] for p in new.param_names]))
                 else:
@@ -256,6 +342,9 @@ def centre_model(model):
         for n in members:
             if isinstance(n, Gather):
                 n.provides = n.source.provides
+                n._cache = None
+            elif isinstance(n, Gate):
+                n.provides = n.node.provides
                 n._cache = None
         for const, child, mix in consts:
             s = _member_shift(c, mix or flag.get(child, False), vector)

@@ -239,6 +239,18 @@ class GaussianMarkovChain(Stochastic):
         self.provides = MVNFamily()  # children see per-step (E[x_t], E[x_t x_t^T])
         self.length = int(length)
 
+    def start_from(self, *params):
+        """Start every fit's q at the chain x_1 ~ N(mean0, inv(precision0)),
+        x_t ~ N(A x_{t-1}, inv(noise_precision)) of the given arrays (this node's length;
+        a diagonal noise precision as a number or a (D,) vector), instead of at the prior.
+        ``start_from()`` goes back to the prior. Returns the node."""
+        if len(params) == 4:
+            params = params + (self.length,)
+        elif params:
+            raise TypeError(f"{self.label()}.start_from(mean0, precision0, A, noise_precision): "
+                            f"give the four arrays of a chain prior (got {len(params)} arguments)")
+        return super().start_from(*params)
+
     # ---- data ---------------------------------------------------------------
     def observe(self, data, mask=None, weights=None):
         """Fully observed state sequences (to learn A and the noise precision from them):
@@ -282,7 +294,8 @@ class GaussianMarkovChain(Stochastic):
         if self.observed:
             return ChildData(self.value, self.full_moments(), self.plates, 1)
         if self.point:
-            return ChildData(self.family.point_value(self.nat), self.family.point_stats(self.nat),
+            return ChildData(self.family.centred_point_value(self.nat),
+                             self.family.point_stats(self.nat),
                              self.plates, 1)
         return ChildData(None, self.full_moments(), self.plates, 1)
 

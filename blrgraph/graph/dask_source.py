@@ -35,6 +35,8 @@ class DaskSource:
             raise ValueError("observe(): a dask array of rows needs at least one axis")
         if any(np.isnan(c) for c in data.chunks[0]):
             data = data.compute_chunk_sizes()
+        if 0 in data.chunks[0] and data.shape[0] > 0:   # an empty partition is no task
+            data = data.rechunk({0: tuple(c for c in data.chunks[0] if c)})
         if data.ndim > 1 and any(len(c) > 1 for c in data.chunks[1:]):
             data = data.rechunk({i: -1 for i in range(1, data.ndim)})
         if not np.issubdtype(data.dtype, np.number) and data.dtype != bool:

@@ -165,7 +165,10 @@ class Dot(Deterministic):
         if cached is not None and all(a is b for a, b in zip(cached[0], srcs)) \
                 and cached[1] is self.X:
             return cached[2]
-        if self.X is not None:
+        if self.X is not None and self._shifted():
+            mean, var = self.parts()[1:]
+            second = var + mean * mean
+        elif self.X is not None:
             m, mm = srcs[0]
             X = self.X
             mean = np.einsum("...d,...d->...", X, m)
@@ -178,6 +181,30 @@ class Dot(Deterministic):
         out = (mean, second)
         self._cache = (srcs, self.X, out)
         return out
+
+    def _shifted(self):
+        """Does a location shift (graph/centring.py) enter: the product's own (its child's
+        coordinates) or its operand's?"""
+        return _shift(self) is not None or _shift(self.w) is not None
+
+    def _offset(self):
+        """d = X . c_w - c_a: the centred product is a - c_a = X . (w - c_w) + d."""
+        cw, ca = _shift(self.w), _shift(self)
+        d = 0.0 if cw is None else np.einsum("...d,...d->...", self.X, np.broadcast_to(
+            cw, np.shape(self.w.moments()[0])))
+        return d if ca is None else d - ca
+
+    def parts(self):
+        """(c, E[a] - c, Var[a]) with c the product's location shift (0 without one),
+        for a design matrix X: E[a] - c = X . E[w - c_w] + (X . c_w - c) and
+        Var[a] = X^T Cov[w] X, each of the size of the spread, so data far from zero
+        (y = 1e8 + X w + noise) keep their digits (docs/dev/numerics.md)."""
+        m, cov = _vector_parts(self.w)
+        X = self.X
+        mean = np.einsum("...d,...d->...", X, m) + self._offset()
+        var = np.einsum("...d,...de,...e->...", X, cov, X, optimize=True)
+        c = _shift(self)
+        return (0.0 if c is None else c), mean, var
 
     def first_moment(self):
         """E[a] alone (an ``Add`` parent's message to its other operand needs no E[a^2])."""
@@ -216,6 +243,8 @@ class Dot(Deterministic):
         c1, c2 = msg
         kw = dict(target_plates=parent.plates, full_plates=self.plates)
         if self.X is not None:
+            if self._shifted():    # a - c_a = X . (w - c_w) + d: c1 + 2 c2 d on X . (w - c_w)
+                c1 = np.asarray(c1, dtype=float) + 2.0 * np.asarray(c2, dtype=float) * self._offset()
             return (wsum(c1, self.X, subs=("A",), out="A", **kw),
                     wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
@@ -256,8 +285,46 @@ class Dot(Deterministic):
         for p in sorted(self.operands, key=lambda n: n.id):
             if getattr(p, "_start", None) is not None:
                 continue   # a given start (``node.start_from``)
+            if not isinstance(getattr(p, "family", None), MVNFamily):
+                continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+def _shift(node):
+    """A node's location shift (graph/centring.py), None without one."""
+    return getattr(getattr(node, "provides", None), "shift", None)
+
+
+def _vector_parts(node):
+    """(E[v] - c, Cov[v]) of a vector operand with location shift c: the covariance from
+    q's precision where there is one (E[v v^T] - E[v] E[v]^T would lose it when v is far
+    from zero), else from the moments (centred when c is set)."""
+    m, mm = node.moments()
+    fam = getattr(node, "family", None)
+    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None and isinstance(fam, MVNFamily):
+        return m, fam.cov(node.nat)
+    return m, mm - m[..., :, None] * m[..., None, :]
+
+
+def _scalar_parts(node):
+    """(c, E[v] - c, Var[v]) of a scalar Gaussian operand with location shift c (0 without
+    one; a constant is its own c). Its moments are those of v - c, so the variance keeps
+    its digits when v is far from zero."""
+    if isinstance(node, Constant):
+        return node.value, 0.0, 0.0
+    parts = getattr(node, "parts", None)
+    if parts is not None and (not isinstance(node, Dot) or node.X is not None):
+        return parts()
+    m1, m2 = node.moments()
+    c = _shift(node)
+    c = 0.0 if c is None else c
+    fam = getattr(node, "family", None)
+    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+            and node.nat is not None and isinstance(fam, NormalFamily):
+        return c, m1, fam.var(node.nat)    # (E[v^2] - E[v]^2 would lose it far from zero)
+    return c, m1, m2 - m1 * m1
 
 
 def _factorises(c, plates):
@@ -372,7 +439,26 @@ class Add(Deterministic):
         for p in nodes:
             p._add_child(self)
 
+    def _shifted(self):
+        """Does a location shift enter (the sum's own, an operand's, or a constant operand
+        that the sum's child is centred about)?"""
+        return _shift(self) is not None or any(_shift(p) is not None for p in self.operands
+                                               if not isinstance(p, Constant))
+
+    def parts(self):
+        """(c, E[s] - c, Var[s]) with c the sum's location shift (0 without one):
+        E[s] - c = E[a - c_a] + E[b - c_b] + (c_a + c_b - c), Var[s] = Var[a] + Var[b],
+        each of the size of the spread (docs/dev/numerics.md)."""
+        (ca, ma, va), (cb, mb, vb) = (_scalar_parts(p) for p in self.operands)
+        c = _shift(self)
+        c = 0.0 if c is None else c
+        mean = ma + mb + ((ca + cb) - c)
+        return c, np.broadcast_to(mean, self.plates), np.broadcast_to(va + vb, self.plates)
+
     def moments(self):
+        if self._shifted():
+            _, mean, var = self.parts()
+            return mean, var + mean * mean
         (ma, sa), (mb, sb) = (p.moments() for p in self.operands)
         return (np.broadcast_to(ma + mb, self.plates),
                 np.broadcast_to(sa + 2.0 * ma * mb + sb, self.plates))
@@ -387,6 +473,8 @@ class Add(Deterministic):
 
         the cross term as the first sum of the operand that gives its sums, with the
         other's mean in place of y."""
+        if self._shifted():
+            return None
         full = broadcast_plates(self.plates, plates)
         kw = dict(target_plates=target_plates, full_plates=full)
 
@@ -417,7 +505,13 @@ class Add(Deterministic):
         for i, p in enumerate(self.operands):
             if p is not parent:
                 continue
-            mo = _first_moment(self.operands[1 - i])
+            if self._shifted():    # s - c = (a - c_a) + (b - c_b) + (c_a + c_b - c)
+                ca, _, _ = _scalar_parts(p)
+                cb, mo, _ = _scalar_parts(self.operands[1 - i])
+                c = _shift(self)
+                mo = mo + ((ca + cb) - (0.0 if c is None else c))
+            else:
+                mo = _first_moment(self.operands[1 - i])
             # nothing to sum (a Dot operand): the coefficient of E[a^2] at its own shape, so
             # one noise precision stays one number (the Dot's summed paths need it so)
             same = tuple(parent.plates) == tuple(self.plates)

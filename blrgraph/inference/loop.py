@@ -22,6 +22,7 @@ from .points import check_point
 from .saddles import tied_components
 from .starts import Default, start_assignment
 from .steps import Backtracking, robbins_monro
+from .tolerance import q_snapshot, q_steps, q_unsettled
 
 class ConvergenceWarning(UserWarning):
     """A fit stopped somewhere that is not an optimum (a symmetric saddle point)."""
@@ -78,6 +79,7 @@ class Run:
         self.local_sweeps = []
         self.kicks = 0
         self.saddle = False
+        self._q = self._steps = None     # the globals' q and its last steps (small_change)
         self.it = 0
 
     # ---- node updates ------------------------------------------------------------
@@ -169,9 +171,14 @@ class Run:
 
     # ---- convergence ---------------------------------------------------------------
     def small_change(self):
+        """Converged: the ELBO's relative change below tol, every damped node back at its
+        initial rho, and no global q moved by more than tolerance.q_tolerance(tol) in KL
+        (a relative test alone passes far from the optimum when |ELBO| is huge there)."""
         t = self.trace
+        prev, self._q = self._q, q_snapshot(self.plan.structure.globals)
+        last, self._steps = self._steps, q_steps(prev, self._q)
         return len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1]) \
-            and self.backtrack.settled()
+            and self.backtrack.settled() and not q_unsettled(self._steps, last, self.plan.tol)
 
     def kick(self, view):
         """At a symmetric saddle point (tied components carrying data, counted by the

@@ -78,3 +78,75 @@ def _node_magnitude(node):
         per = per + np.abs(fam.log_partition(node.nat)) \
             + _abs_inner(node.nat, node.moments(), fam.event_ndims)
     return _weighted_sum(per, w, x.plates)
+
+
+# ---- has q stopped moving? (the second half of the convergence test) -----------------
+def q_snapshot(nodes):
+    """{node: its natural parameters} of the latent nodes with a q (not point masses).
+    Natural parameters are replaced, never modified in place, so references suffice."""
+    return {n: n.nat for n in nodes
+            if n.stochastic and not n.observed and not n.point and n.nat is not None}
+
+
+def q_steps(prev, now):
+    """{node: (kl, rounding)} for the nodes whose q changed between two snapshots: the
+    largest KL(q_now || q_prev) over a node's entries (nats; unit-free, so a Gaussian
+    mean that moved delta posterior sds counts delta^2 / 2 whatever the data's scale or
+    offset) and its rounding (``ULPS`` eps x the magnitude of the Bregman form's pieces
+    A(lam_prev), A(lam_now), <lam, mu>). A family without a KL is left out."""
+    out = {}
+    for n, nat in (now or {}).items():
+        old = (prev or {}).get(n)
+        if old is None or old is nat:
+            continue
+        fam = n.family
+        try:
+            with np.errstate(all="ignore"):
+                kl = np.asarray(fam.kl(nat, old), dtype=float)
+                mu = fam.mean_params(nat)
+                mag = (np.abs(fam.log_partition(nat)) + np.abs(fam.log_partition(old))
+                       + _abs_inner(nat, mu, fam.event_ndims) + _abs_inner(old, mu, fam.event_ndims))
+        except (NotImplementedError, AttributeError, TypeError, ValueError,
+                np.linalg.LinAlgError):
+            continue   # the ELBO's change alone decides for this node
+        if not np.all(np.isfinite(kl)):
+            out[n] = (np.inf, 0.0)
+            continue
+        rnd = ULPS * EPS * np.broadcast_to(mag, np.shape(kl))
+        k = int(np.argmax(kl - rnd)) if np.ndim(kl) else 0
+        out[n] = (float(np.ravel(kl)[k]), float(np.ravel(rnd)[k]))
+    return out
+
+
+def q_unsettled(steps, last, tol):
+    """The nodes whose q is still on its way (``steps``: this sweep's :func:`q_steps`,
+    ``last``: the previous sweep's). A sweep's KL alone says little when the iterates
+    crawl (mean-field coordinate ascent on correlated nodes moves each one by a fraction
+    1 - r of its distance per sweep), so the distance left is extrapolated from the rate
+    r = sqrt(kl_t / kl_{t-1}) of the last two steps (a geometric series):
+    KL left ~ kl_t (r / (1 - r))^2. Settled: this step within rounding, or both this step
+    and what is left below ``q_tolerance(tol)`` (an increasing step counts as is; a
+    first step, without a rate, does not settle)."""
+    bound = q_tolerance(tol)
+    out = []
+    for n, (kl, rnd) in steps.items():
+        if kl <= rnd:
+            continue
+        prev = (last or {}).get(n)
+        if prev is None:    # one step: no rate to judge the distance left by
+            out.append(n)
+            continue
+        left = kl
+        if prev[0] > kl:
+            r = np.sqrt(kl / prev[0])
+            left = kl * (r / (1.0 - r)) ** 2
+        if max(kl, left) > bound:
+            out.append(n)
+    return out
+
+
+def q_tolerance(tol):
+    """The KL per entry below which a node's q counts as settled (its last step and the
+    distance left, :func:`q_unsettled`): sqrt(tol) (tol = 1e-8: a Gaussian mean within
+    0.014 posterior sds of where its iterates are heading), at least 1e-13."""
+    return max(float(np.sqrt(tol)), 1e-13) if tol > 0 else 0.0
