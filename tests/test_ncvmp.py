@@ -465,7 +465,10 @@ def test_zoo_logreg_recovers_the_weights(tmp_path):
     y = (df["default"][10:] == "yes").to_numpy(float)
     fit2 = zoo.build((X, y), prior="gamma").fit("ncvmp", tol=1e-10)
     assert np.allclose(zoo.summarize(fit2)["mean"], table["mean"], atol=0.03)
-    assert np.allclose(zoo.predict(fit2, X[:5]), zoo.predict_proba(fit, new[10:15]), atol=0.01)
+    assert np.allclose(zoo.predict_proba(fit2, X[:5]), zoo.predict_proba(fit, new[10:15]), atol=0.01)
+    # predict: the more probable class, here the target's levels (docs/predict.md)
+    assert list(zoo.predict(fit, new[10:15])) == ["yes" if q > 0.5 else "no"
+                                                  for q in zoo.predict_proba(fit, new[10:15])]
     with pytest.raises(ValueError, match="0/1"):
         zoo.build((X, y + 1.0))
     with pytest.raises(ValueError, match="target="):
