@@ -376,7 +376,7 @@ class PotentialFactor(Conditional):
 
 class Potential(Stochastic):
     """Potential(logp, *parents, data=None, mask=None, weights=None, name=None,
-    samples=None, seed=0, vectorized=None).
+    samples=None, seed=0, vectorized=None, per_row=None).
 
     A user log-factor written with autograd.numpy over Normal / MultivariateNormal
     nodes; see the module docstring. ``data=(A1, A2, ...)``: arrays whose leading axis
@@ -384,10 +384,12 @@ class Potential(Stochastic):
     (rows,)), ``mask`` (bool per row, True = use) and ``weights`` (counts per row) weight
     them, and rows holding NaN are masked. The non-conjugate methods accept it
     (``fit("ncvmp")``, ``"laplace"``, ``"gd"``, ``"map"``, and on minibatches ``"svi"``,
-    ``"sgd"``)."""
+    ``"sgd"``, ``"adam"``, ``"ogn"``, ``"vogn"``, ``"ivon"``). ``per_row(*values, *data)``
+    (optional) is logp with one copy of each value per data row (leading axis the rows),
+    returning (rows,): the per-row gradients of fit("vogn"/"ogn") in one reverse pass."""
 
     def __init__(self, logp, *parents, data=None, mask=None, weights=None, name=None,
-                 samples=None, seed=0, vectorized=None):
+                 samples=None, seed=0, vectorized=None, per_row=None):
         Node.__init__(self, name, ())
         if not callable(logp):
             raise TypeError(f"{self.label()}: the first argument must be a function logp(*values) "
@@ -404,6 +406,10 @@ class Potential(Stochastic):
         if vectorized not in (None, True, False):
             raise TypeError(f"{self.label()}: vectorized must be None, True or False, got "
                             f"{vectorized!r}")
+        if per_row is not None and not callable(per_row):
+            raise TypeError(f"{self.label()}: per_row must be a function per_row(*values, *data) "
+                            f"whose values carry one copy per data row, got {type(per_row).__name__}")
+        self.per_row = per_row
         self.family = None
         self.provides = None
         data, mask, weights = self._check_data(data, mask, weights)

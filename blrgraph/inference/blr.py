@@ -104,7 +104,10 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural")
     M-step). With rho < 1 (SVI, damping) a point mass averages those natural
     parameters, i.e. its expected sufficient statistics: online EM (docs/em.md).
     A Categorical whose target is a sum of gathered tables (:func:`target_terms`)
-    is updated in that factored form (the same q, without an entries x K exp)."""
+    is updated in that factored form (the same q, without an entries x K exp).
+    ``update`` may be a stateful optimizer (:mod:`.optimizers`: adam, ogn, vogn, ivon)."""
+    if not isinstance(update, str):   # the deep-learning rows: the optimizer steps the node
+        return update.step(model, node, rho, iteration, scale)
     if update == "mean":
         new = mean_step(node, blr_target(model, node, scale), rho)
         _check_finite(node, new, iteration, "; the gradient step overshot: lower rho")

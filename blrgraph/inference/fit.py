@@ -12,6 +12,7 @@ from .elbo import elbo
 from .local import LocalBlock
 from .loop import ConvergenceWarning, Plan, Run
 from .methods import get_method
+from .optimizers import HYPER
 from .options import parse_options
 from .points import resolve_points
 from .result import FitResult
@@ -59,6 +60,7 @@ def fit(model, method="vmp", **options):
     opts = parse_options(method, dict(options))
     method = method.with_rho(opts.rho) if not method.stochastic else \
         method.with_schedule(opts.tau, opts.kappa)
+    method = method.with_hyper(**{k: getattr(opts, k) for k in HYPER})
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
@@ -159,7 +161,7 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
-        rows = _minibatches(model, structure, opts)
+        rows = _minibatches(model, structure, opts, method.name)
         budget = opts.max_steps or opts.max_iter or (opts.epochs or 5) * rows.per_epoch
         warmup = opts.warmup if opts.warmup is not None else \
             (0 if any(isinstance(v, str) and v == "diffuse" for v in starts.values()) else 20)
@@ -180,13 +182,13 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
     return plan
 
 
-def _minibatches(model, structure, opts):
+def _minibatches(model, structure, opts, name="svi"):
     if structure.root is None:
-        raise ValueError("fit('svi'): no observed node has plates to batch over")
+        raise ValueError(f"fit({name!r}): no observed node has plates to batch over")
     N = structure.N
     size = min(N, 256) if opts.batch_size is None else opts.batch_size
     if not 1 <= size <= N:
-        raise ValueError(f"fit('svi'): batch_size must be between 1 and N = {N}, got {size}")
+        raise ValueError(f"fit({name!r}): batch_size must be between 1 and N = {N}, got {size}")
     return Minibatches(model, structure, size)
 
 
@@ -227,7 +229,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
         _finish_stochastic(model, plan, run, rng, opts)
     log_evidence = laplace_finish(model, plan) if method.laplace else None
     for n in model.latent:
-        n.point = n in plan.points and not method.laplace
+        n.point = n in plan.points and not (method.laplace or method.variational)
         n.fitted = n.fitted or not method.stochastic
     if hasattr(plan.rows, "finish"):  # rows on Dask: local posteriors stay on the workers
         plan.rows.finish(model)

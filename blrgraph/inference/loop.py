@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import optimizers
 from .blr import blr_step
 from .points import check_point
 from .saddles import split_tied, tied_components
@@ -66,6 +67,7 @@ class Run:
         self.updates = {n: (self.method.update if n in plan.points and
                             self.method.points == "nonconjugate" else "natural")
                         for n in model.schedule}
+        self.updates = optimizers.bind(self.updates, self.method, plan, rng)  # adam, vogn, ...
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
