@@ -93,3 +93,76 @@ def test_minibatch_adam_iterates_equal_adam_on_the_scaled_minibatch_gradient():
         v = 0.99 * v + 0.01 * g * g
         m = m - rho * (u / (1 - 0.8 ** t)) / (np.sqrt(v / (1 - 0.99 ** t)) + 1e-6)
         assert np.allclose(got, m, rtol=1e-10, atol=1e-10), t
+
+
+def _batches(seed, N, B):
+    """The run's minibatch rows and its draws' generator, as fit(seed=seed) makes them."""
+    rng = np.random.default_rng(seed)
+    draws = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+    state = {"perm": rng.permutation(N), "pos": 0}
+
+    def rows():
+        if state["pos"] >= N:
+            state["perm"], state["pos"] = rng.permutation(N), 0
+        r = state["perm"][state["pos"]:state["pos"] + B]
+        state["pos"] += len(r)
+        return r
+    return rows, draws
+
+
+# ---- IVON ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("node", ["mvn", "normal"])
+def test_ivon_iterates_equal_the_ivon_update(node):
+    """The update of the authors' package (ivon/_ivon.py), written out: mean loss per row,
+    weight decay delta = P0 / ess, Price Hessian estimate, momentum, debiasing."""
+    N, B, seed, lr = 100, 20, 3, 0.1
+    X, y = _logistic(N=N)
+    w, model = _model(X, y, node=node)
+    b1, b2, h0, mc = 0.9, 0.999, 0.5, 2
+    fit, seen = _iterates(model, w, "ivon", rho=lr, batch_size=B, max_steps=12, seed=seed,
+                          beta2=b2, hess_init=h0, mc_samples=mc)
+    rows, draws = _batches(seed, N, B)
+    ess, delta = N, P0 / N
+    m, h, g = np.zeros(3), np.full(3, h0), np.zeros(3)
+    for t, got in enumerate(seen, start=1):
+        r = rows()
+        sigma = 1 / np.sqrt(ess * (h + delta))
+        eps = draws.standard_normal((mc, 3))
+        gs = np.stack([-X[r].T @ (y[r] - expit(X[r] @ (m + sigma * e))) / len(r) for e in eps])
+        ghat, hhat = gs.mean(0), (gs * eps).mean(0) / sigma
+        g = b1 * g + (1 - b1) * ghat
+        h = b2 * h + (1 - b2) * hhat + 0.5 * (1 - b2) ** 2 * (h - hhat) ** 2 / (h + delta)
+        m = m - lr * (h0 + delta) * (g / (1 - b1 ** t) + delta * m) / (h + delta)
+        assert np.allclose(got, m, rtol=1e-10, atol=1e-12), t
+    assert not w.point
+    assert np.allclose(w.posterior.var, 1 / (ess * (h + delta)), rtol=1e-10)
+    assert fit.estimate and fit.method == "ivon"
+
+
+# ---- OGN / VOGN ---------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["ogn", "vogn"])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_gauss_newton_iterates_equal_the_blr_step_with_squared_row_gradients(method, per_row):
+    """S <- (1 - rho) S + rho (P0 + N/|B| sum_i g_i(theta)^2), m <- m + rho (grad log-lik(theta)
+    + grad log prior(m)) / S,
+    theta = m (ogn) or a draw of q (vogn)."""
+    N, B, seed, rho = 90, 30, 5, 0.3
+    X, y = _logistic(N=N)
+    w, model = _model(X, y, node="normal", per_row=per_row)
+    fit, seen = _iterates(model, w, method, rho=rho, batch_size=B, max_steps=9, seed=seed)
+    rows, draws = _batches(seed, N, B)
+    m, S = np.zeros(3), np.full(3, P0)
+    s = np.zeros(3)
+    for t, got in enumerate(seen, start=1):
+        r = rows()
+        th = m + draws.standard_normal(3) / np.sqrt(S) if method == "vogn" else m
+        res = y[r] - expit(X[r] @ th)
+        gn = (N / len(r)) * ((res[:, None] * X[r]) ** 2).sum(0)
+        s = (1 - rho) * s + rho * gn
+        S = P0 + s
+        m = m + rho * (_grad(X[r], y[r], th, N / len(r)) + P0 * th - P0 * m) / S
+        assert np.allclose(got, m, rtol=1e-10, atol=1e-12), t
+    if method == "vogn":
+        assert not w.point and np.allclose(w.posterior.var, 1 / S, rtol=1e-10)
+    else:
+        assert w.point

@@ -321,7 +321,7 @@ class GaussNewton(Optimizer):
     N/|B|): with precision S = lam0's diagonal precision P0 + ess/N * s_lik,
 
         s_lik <- (1 - b2) s_lik + b2 GN(theta),    S = P0 + (ess / N) s_lik
-        u <- b1 u + (1 - b1) G(theta)             (G = grad log p(D, theta); b1 = 0: u = G)
+        u <- b1 u + (1 - b1) G                    (G = grad log-lik(theta) + grad log prior(m))
         m <- m + rho uhat / S
 
     b2 = rho by default (the plain BLR step: S <- (1 - rho) S + rho (P0 + GN));
@@ -351,7 +351,9 @@ class GaussNewton(Optimizer):
         else:
             theta = m[None]
         G, GN = self.gradients(model, theta, scale, iteration)
-        G, GN = G.mean(0), GN.mean(0)
+        grad_prior, _ = self.view.prior()   # the prior's exact expectation: its gradient at m
+        G = (G - grad_prior(theta)).mean(0) + grad_prior(m)
+        GN = GN.mean(0)
         st["s"] = (1.0 - b2) * st["s"] + b2 * GN
         st["u"] = b1 * st["u"] + (1.0 - b1) * G
         S = P0 + (ess / self.N) * st["s"]
