@@ -166,3 +166,65 @@ def test_gauss_newton_iterates_equal_the_blr_step_with_squared_row_gradients(met
         assert not w.point and np.allclose(w.posterior.var, 1 / S, rtol=1e-10)
     else:
         assert w.point
+
+
+# ---- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["adam", "ogn", "vogn", "ivon"])
+def test_bad_options_are_refused_naming_them(method):
+    X, y = _logistic(N=30)
+    w, model = _model(X, y)
+    before = [np.array(a) for a in w.nat]
+    with pytest.raises(ValueError, match="batch_size"):
+        model.fit(method, batch_size=31)
+    with pytest.raises(ValueError, match="rho"):
+        model.fit(method, rho=0.0)
+    with pytest.raises(ValueError, match="rho"):
+        model.fit(method, rho=-1e-3)
+    if method != "adam":
+        for bad in (0.0, -5.0, float("nan")):
+            with pytest.raises(ValueError, match="ess"):
+                model.fit(method, ess=bad)
+    else:
+        with pytest.raises(TypeError, match="ess"):
+            model.fit(method, ess=10.0)
+    with pytest.raises(ValueError, match="beta2"):
+        model.fit(method, beta2=1.5)
+    with pytest.raises(TypeError, match="beta1"):
+        model.fit("gd", beta1=0.5)
+    assert all(np.array_equal(a, b) for a, b in zip(before, w.nat))
+
+
+def _overflowing(N=40):
+    """exp of a large linear predictor: a loss that overflows after a big step."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, 2)) * 300
+    y = rng.poisson(1.0, size=N).astype(float)
+
+    def poisson_rows(w, X, y):
+        a = w @ X.T
+        return y * a - anp.exp(a)
+    w = bg.MultivariateNormal(np.zeros(2), np.eye(2), name="w")
+    return w, bg.Model(bg.Potential(poisson_rows, w, data=(X, y), name="lik"))
+
+
+@pytest.mark.parametrize("method,options", [
+    ("adam", {}), ("ogn", {"beta2": 1e-9}), ("vogn", {"beta2": 1e-9}), ("ivon", {"hess_init": 1e-8})])
+def test_a_step_with_non_finite_gradients_is_refused_naming_node_iteration_and_fix(method, options):
+    """Too long a step (rho = 1; a curvature that cannot catch up): exp overflows."""
+    w, model = _overflowing()
+    seen = []
+    with pytest.raises(FloatingPointError, match=r"fit\('%s'\).*'w'.*iteration \d+.*lower rho"
+                       % method):
+        model.fit(method, rho=1.0, batch_size=40, max_steps=200, seed=0,
+                  callback=lambda it, L: seen.append(np.array(w.nat[0])), **options)
+    # the refused step is undone: q is the last finite iterate, never NaN
+    assert np.all(np.isfinite(w.nat[0])) and np.all(np.isfinite(w.nat[1]))
+    assert np.array_equal(w.nat[0], seen[-1] if seen else np.zeros(2))
+
+
+def test_vogn_and_ivon_refuse_a_child_without_draws():
+    X, y = _logistic(N=30)
+    for method in ("vogn", "ivon", "ogn"):
+        w, model = _model(X, y, kind="builtin")
+        with pytest.raises(ValueError, match=r"Potential"):
+            model.fit(method, batch_size=10)

@@ -189,6 +189,8 @@ class Run:
         try:
             return self._run()
         except FloatingPointError as err:
+            if self.method.update in optimizers.OPTIMIZERS:   # undo the step, name the fix
+                raise optimizers.refused(err, self.updates, self.it, self.method.name) from None
             if self.method.update != "mean":
                 raise
             raise FloatingPointError(f"{err} (at iteration {self.it} of fit({self.method.name!r}): "

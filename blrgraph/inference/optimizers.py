@@ -224,8 +224,27 @@ def potential_row_sq(factor, k, x):
     return out
 
 
+def refused(err, updates, iteration, name):
+    """The error a run of an optimizer method stops with when a step (or the objective
+    after it) is not finite: every stepped node back at its q before that step, and the
+    message naming the nodes, the iteration and the fix."""
+    opts = [u for u in updates.values() if isinstance(u, Optimizer)]
+    for u in opts:
+        if u.saved is not None:
+            u.node.set_natural(u.saved)
+    text = str(err)
+    if text.startswith(f"fit({name!r})"):
+        return FloatingPointError(text)
+    nodes = ", ".join(u.node.label() for u in opts)
+    return FloatingPointError(f"fit({name!r}): the step of {nodes} at iteration {iteration} was "
+                              f"refused: {text}; lower rho (the learning rate), or standardise "
+                              f"the inputs")
+
+
 class Optimizer:
     """A stepped node's state for one run; ``step`` is the hook of ``blr_step``."""
+
+    saved = None
 
     #: gradients at draws of q (False: at the mean, the delta method)
     sampled = False
@@ -286,6 +305,7 @@ class Optimizer:
                 f"learning rate), or standardise the inputs")
 
     def step(self, model, node, rho, iteration, scale):
+        self.saved = node.nat      # restored if the run stops on this step (:func:`refused`)
         self.t += 1
         m, prec = self.view.mean_prec()
         new_m, new_prec = self.update(model, m, prec, rho, iteration, scale)
