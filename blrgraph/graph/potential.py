@@ -301,7 +301,24 @@ class PotentialFactor(Conditional):
         return self._cache["value"], self._cache["grads"]
 
     def expected_loglik(self, x, u):
-        return self.value_and_grads()[0]
+        if self.elbo_is_estimate:
+            return self.value_and_grads()[0]
+        return self.point_value()
+
+    def point_value(self):
+        """logp at the point (every parent a point mass): one forward pass, no gradient
+        (cached with the draws; a later ``value_and_grads`` adds the gradients)."""
+        ps = self.draws()
+        if "value" not in self._cache:
+            import autograd.numpy as anp
+            data, w = self.rows()
+            xs = [p.x for p in ps]
+            if self._batched(xs, data):
+                v = self._totals(xs, data, w, anp)
+            else:
+                v = self._totals([x[0] for x in xs], data, w, anp)
+            self._cache["value"] = float(np.mean(np.asarray(v, dtype=float)))
+        return self._cache["value"]
 
     def _exact_hessian(self, k):
         """E over the draws of the exact Hessian of logp in parent k, (n, n), from

@@ -157,6 +157,13 @@ def potential_grad(factor, k, x):
     import autograd.numpy as anp
     from autograd import make_vjp
     xs, data, w = _potential_call(factor, k, x)
+    if x.shape[0] == 1 and factor._batched(xs, data):   # one draw: logp on the value itself
+        def single(xk):
+            full = [a[0] for a in xs]
+            full[k] = xk
+            return factor._totals(full, data, w, anp)
+        vjp, v = make_vjp(single)(x[0])
+        return np.atleast_1d(np.asarray(v, dtype=float)), np.asarray(vjp(1.0), dtype=float)[None]
     if factor._batched(xs, data):
         def total(xk):
             full = list(xs)
