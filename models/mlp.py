@@ -154,8 +154,8 @@ def regressor_logp(shapes, rowwise=False):
 
 
 # ---- build -----------------------------------------------------------------------------------
-def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precision=1.0,
-          standardize=True, max_classes=50, seed=0, batch_size=128, epochs=100):
+def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precision=1e-3,
+          standardize=True, max_classes=50, seed=0, batch_size=200, epochs=100):
     """The Bayesian MLP of ``target`` on ``columns`` (see the module docstring).
     ``batch_size`` and ``epochs`` set ``model.meta["fit_options"]``."""
     hidden = _hidden(hidden)
@@ -211,8 +211,8 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
                   "classes": None if classes is None else classes.tolist(),
                   "y_mean": y_mean, "y_sd": y_sd, "rows": int(keep.sum()),
                   "fit_options": {"batch_size": int(min(batch_size, keep.sum())),
-                                  "epochs": int(epochs), "seed": int(seed), "rho": 0.1,
-                                  "beta2": 0.9995, "hess_init": 0.1}}
+                                  "epochs": int(epochs), "seed": int(seed), "rho": 0.5,
+                                  "beta2": 0.999, "hess_init": 1.0}}
     return model
 
 
