@@ -193,7 +193,8 @@ def _check_overrides(method, extra):
     without --method svi, and --fit-option keys that have their own flag."""
     extra = {k: v for k, v in (extra or {}).items() if v is not None}
     given = [k for k in SVI_ONLY if k in extra]
-    if method != "svi" and given:
+    from .inference.methods import METHODS
+    if not getattr(METHODS.get(method), "stochastic", False) and given:   # svi, sgd, adam, ivon, ...
         flags = " and ".join("--" + k.replace("_", "-") for k in given)
         raise CLIError(f"{flags} {'is an option' if len(given) == 1 else 'are options'} of "
                        f"--method svi, not of {method!r}")

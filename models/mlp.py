@@ -211,7 +211,7 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
                   "classes": None if classes is None else classes.tolist(),
                   "y_mean": y_mean, "y_sd": y_sd, "rows": int(keep.sum()),
                   "fit_options": {"batch_size": int(min(batch_size, keep.sum())),
-                                  "epochs": int(epochs), "seed": int(seed), "rho": 0.5,
+                                  "epochs": int(epochs), "rho": 0.5,
                                   "beta2": 0.999, "hess_init": 1.0}}
     return model
 

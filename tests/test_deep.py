@@ -228,3 +228,110 @@ def test_vogn_and_ivon_refuse_a_child_without_draws():
         w, model = _model(X, y, kind="builtin")
         with pytest.raises(ValueError, match=r"Potential"):
             model.fit(method, batch_size=10)
+
+
+# ---- the Bayesian MLP of the zoo ----------------------------------------------------------
+def _zoo_mlp():
+    from blrgraph.zoo import mlp
+    return mlp
+
+
+def _plain_forward(w, X, shapes):
+    """The MLP written op by op with autograd.numpy (the oracle of the primitive)."""
+    mlp = _zoo_mlp()
+    layers, _ = mlp._unpack(w, shapes)
+    h = X
+    for i, (W, b) in enumerate(layers):
+        z = anp.matmul(h, W) + b[..., None, :] if W.ndim == 3 else anp.dot(h, W) + b
+        h = z if i == len(layers) - 1 else anp.maximum(z, 0.0)
+    return h
+
+
+def test_mlp_network_gradients_equal_autograd_through_the_plain_network():
+    from autograd import grad
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(0)
+    shapes = mlp.layer_shapes(5, (4, 3), 3)
+    D = sum(a * b + b for a, b in shapes)
+    X, Y = rng.normal(size=(7, 5)), np.eye(3)[rng.integers(0, 3, 7)]
+    for w in (rng.normal(size=D), rng.normal(size=(4, D))):
+        g1 = grad(lambda a: anp.sum(anp.sin(mlp.forward(a, X, shapes))))(w)
+        g2 = grad(lambda a: anp.sum(anp.sin(_plain_forward(a, X, shapes))))(w)
+        assert np.allclose(g1, g2, rtol=1e-12, atol=1e-13)
+    # per_row: row i's gradient at its own copy of the weights
+    W = rng.normal(size=(7, D))
+    rows = grad(lambda a: anp.sum(mlp.classifier_logp(shapes, 3, rowwise=True)(a, X, Y)))(W)
+    one = mlp.classifier_logp(shapes, 3)
+    for i in range(7):
+        gi = grad(lambda a: anp.sum(one(a, X[i:i + 1], Y[i:i + 1])))(W[i])
+        assert np.allclose(rows[i], gi, rtol=1e-12, atol=1e-13)
+    # the log-softmax is the normalised one
+    z = _plain_forward(W[0], X, shapes)
+    want = np.sum(Y * z, 1) - np.log(np.exp(z).sum(1))
+    assert np.allclose(one(W[0], X, Y), want, rtol=1e-12)
+
+
+def _blobs(N=240, F=4, K=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(K, F)) * 3
+    y = rng.integers(0, K, N)
+    return centres[y] + rng.normal(size=(N, F)), y
+
+
+def test_mlp_classifier_fits_and_predict_proba_is_the_draws_average():
+    mlp = _zoo_mlp()
+    X, y = _blobs()
+    model = mlp.build((X[:180], y[:180]), hidden=(8,))
+    assert model.meta["fit_options"]["batch_size"] == 180 and mlp.DEFAULT_METHOD in ("ivon", "vogn")
+    fit = model.fit(mlp.DEFAULT_METHOD, **{**model.meta["fit_options"], "epochs": 40})
+    w = model["w"]
+    assert not w.point and np.all(w.posterior.var > 0) and w.posterior.mean.shape == (4 * 8 + 8 + 8 * 3 + 3,)
+    p = mlp.predict_proba(fit, X[180:], S=30, seed=1)
+    assert p.shape == (60, 3) and np.allclose(p.sum(1), 1.0, rtol=1e-12)
+    assert np.mean(p.argmax(1) == y[180:]) >= 0.9
+    # E_q[softmax] over the same draws, by hand
+    W = w.posterior.mean + np.sqrt(w.posterior.var) * np.random.default_rng(1).standard_normal((30, w.posterior.mean.size))
+    Xs = (X[180:] - model.meta["x_mean"]) / model.meta["x_sd"]
+    z = np.stack([_plain_forward(Wi, Xs, model.meta["shapes"]) for Wi in W])
+    e = np.exp(z - z.max(-1, keepdims=True))
+    assert np.allclose(p, (e / e.sum(-1, keepdims=True)).mean(0), rtol=1e-10)
+    assert list(mlp.predict(fit, X[180:182], S=30, seed=1)) == list(p[:2].argmax(1))
+    table = mlp.summarize(fit)
+    assert list(table["layer"]) == [1, 2] and list(table["weights"]) == [40, 27]
+
+
+def test_mlp_regressor_and_bad_input():
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, size=(200, 1))
+    y = np.sin(X[:, 0]) * 3 + 0.1 * rng.normal(size=200)
+    model = mlp.build((X, y), hidden=(16,), task="regression")
+    fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150})
+    pred = mlp.predict(fit, X[:50], S=20)
+    assert pred.shape == (50,) and np.sqrt(np.mean((pred - y[:50]) ** 2)) < 0.5 * np.std(y)
+    with pytest.raises(TypeError, match="predict_proba is for a classifier"):
+        mlp.predict_proba(fit, X[:5])
+    with pytest.raises(ValueError, match="hidden"):
+        mlp.build((X, y), hidden=(0,))
+    with pytest.raises(ValueError, match="prior_precision"):
+        mlp.build((X, y), prior_precision=-1.0)
+    with pytest.raises(ValueError, match="new rows need 1 columns"):
+        mlp.predict(fit, np.zeros((3, 2)))
+
+
+def test_blrgraph_fit_mlp_on_a_table(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    import io as _io
+
+    from blrgraph import cli
+    X, y = _blobs(N=150)
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    df["label"] = np.array(["red", "green", "blue"])[y]
+    path = tmp_path / "table.csv"
+    df.to_csv(path, index=False)
+    out, err = _io.StringIO(), _io.StringIO()
+    code = cli.main(["fit", "mlp", str(path), "--target", "label", "--epochs", "20",
+                     "--out", str(tmp_path / "out"), "--no-plots"], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert "ivon" in out.getvalue() and (tmp_path / "out" / "summary.csv").is_file()
