@@ -335,3 +335,12 @@ def test_blrgraph_fit_mlp_on_a_table(tmp_path):
                      "--out", str(tmp_path / "out"), "--no-plots"], stdout=out, stderr=err)
     assert code == 0, err.getvalue()
     assert "ivon" in out.getvalue() and (tmp_path / "out" / "summary.csv").is_file()
+
+
+def test_progress_bar_counts_epochs(capsys):
+    pytest.importorskip("tqdm")
+    X, y = _logistic(N=60)
+    w, model = _model(X, y)
+    model.fit("ivon", batch_size=20, epochs=4, seed=0, progress=True)
+    err = capsys.readouterr().err
+    assert "epoch" in err and "4/4" in err

@@ -198,7 +198,8 @@ class Run:
 
     def _run(self):
         plan, rows = self.plan, self.plan.rows
-        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.method.name)
+        epoch = getattr(rows, "per_epoch", None) if rows.stochastic else None  # bar by epoch
+        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.method.name, epoch)
         start = len(self.trace) if plan.resume is not None else 0
         try:
             for it in range(start + 1, plan.max_iter + 1):
@@ -213,7 +214,7 @@ class Run:
                     plan.block.settle(self.trace)
                 for n in (plan.structure.globals if rows.stochastic else self.model.latent):
                     n.fitted = True  # the callback may read node.posterior of this iterate
-                if bar is not None:
+                if bar is not None and (epoch is None or it % epoch == 0 or it == plan.max_iter):
                     bar.update(1)
                     bar.set_postfix(elbo=f"{L:.6g}")
                 if plan.callback is not None and plan.callback(it, L):
@@ -228,7 +229,8 @@ class Run:
                 bar.close()
 
 
-def _progress(progress, total, name):
+def _progress(progress, total, name, epoch=None):
+    """A tqdm bar of ``total`` sweeps, or of the epochs they make (minibatches)."""
     if not progress:
         return None
     try:
@@ -236,4 +238,6 @@ def _progress(progress, total, name):
     except ImportError:  # optional dependency
         warnings.warn("progress=True needs tqdm (pip install tqdm); continuing without a bar")
         return None
+    if epoch:
+        return tqdm(total=-(-total // epoch), desc=f"fit({name!r})", unit="epoch", leave=False)
     return tqdm(total=total, desc=f"fit({name!r})", leave=False)
