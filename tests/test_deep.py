@@ -191,6 +191,8 @@ def test_bad_options_are_refused_naming_them(method):
         model.fit(method, beta2=1.5)
     with pytest.raises(TypeError, match="beta1"):
         model.fit("gd", beta1=0.5)
+    with pytest.raises(ValueError, match="resume"):
+        model.fit(method, resume=True)
     assert all(np.array_equal(a, b) for a, b in zip(before, w.nat))
 
 

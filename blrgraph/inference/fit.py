@@ -61,6 +61,10 @@ def fit(model, method="vmp", **options):
     method = method.with_rho(opts.rho) if not method.stochastic else \
         method.with_schedule(opts.tau, opts.kappa)
     method = method.with_hyper(**{k: getattr(opts, k) for k in HYPER})
+    if opts.resume and method.hyper:
+        raise ValueError(f"fit({method.name!r}, resume=True): the optimizer's state (moments, "
+                         f"curvature, momentum) is not saved with the run; fit again from the "
+                         f"start with a larger budget")
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
