@@ -68,11 +68,12 @@ def check_hyper(method_name, update, given):
             out[k] = int(v)
             continue
         ok = isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and np.isfinite(v)
-        if k in ("beta1",):
+        if k == "beta1":
             ok = ok and 0.0 <= v < 1.0
             want = "in [0, 1)"
-        elif k == "beta2":
-            ok = ok and 0.0 < v < 1.0 if update != "ogn" and update != "vogn" else ok and 0.0 < v <= 1.0
+        elif k == "beta2":   # a curvature that is all new each step is the plain BLR for ogn/vogn
+            top_ok = v < 1.0 if update in ("adam", "ivon") else v <= 1.0
+            ok = ok and 0.0 < v and top_ok
             want = "in (0, 1)" if update in ("adam", "ivon") else "in (0, 1]"
         else:
             ok = ok and v > 0.0
