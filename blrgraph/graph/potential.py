@@ -316,7 +316,24 @@ class PotentialFactor(Conditional):
         return self._cache["value"], self._cache["grads"]
 
     def expected_loglik(self, x, u):
-        return self.value_and_grads()[0]
+        if self.elbo_is_estimate:
+            return self.value_and_grads()[0]
+        return self.point_value()
+
+    def point_value(self):
+        """logp at the point (every parent a point mass): one forward pass, no gradient
+        (cached with the draws; a later ``value_and_grads`` adds the gradients)."""
+        ps = self.draws()
+        if "value" not in self._cache:
+            import autograd.numpy as anp
+            data, w = self.rows()
+            xs = [p.x for p in ps]
+            if self._batched(xs, data):
+                v = self._totals(xs, data, w, anp)
+            else:
+                v = self._totals([x[0] for x in xs], data, w, anp)
+            self._cache["value"] = float(np.mean(np.asarray(v, dtype=float)))
+        return self._cache["value"]
 
     def _exact_hessian(self, k):
         """E over the draws of the exact Hessian of logp in parent k, (n, n), from
@@ -391,7 +408,7 @@ class PotentialFactor(Conditional):
 
 class Potential(Stochastic):
     """Potential(logp, *parents, data=None, mask=None, weights=None, name=None,
-    samples=None, seed=0, vectorized=None).
+    samples=None, seed=0, vectorized=None, per_row=None).
 
     A user log-factor written with autograd.numpy over Normal / MultivariateNormal
     nodes; see the module docstring. ``data=(A1, A2, ...)``: arrays whose leading axis
@@ -399,10 +416,12 @@ class Potential(Stochastic):
     (rows,)), ``mask`` (bool per row, True = use) and ``weights`` (counts per row) weight
     them, and rows holding NaN are masked. The non-conjugate methods accept it
     (``fit("ncvmp")``, ``"laplace"``, ``"gd"``, ``"map"``, and on minibatches ``"svi"``,
-    ``"sgd"``)."""
+    ``"sgd"``, ``"adam"``, ``"ogn"``, ``"vogn"``, ``"ivon"``). ``per_row(*values, *data)``
+    (optional) is logp with one copy of each value per data row (leading axis the rows),
+    returning (rows,): the per-row gradients of fit("vogn"/"ogn") in one reverse pass."""
 
     def __init__(self, logp, *parents, data=None, mask=None, weights=None, name=None,
-                 samples=None, seed=0, vectorized=None):
+                 samples=None, seed=0, vectorized=None, per_row=None):
         Node.__init__(self, name, ())
         if not callable(logp):
             raise TypeError(f"{self.label()}: the first argument must be a function logp(*values) "
@@ -419,6 +438,10 @@ class Potential(Stochastic):
         if vectorized not in (None, True, False):
             raise TypeError(f"{self.label()}: vectorized must be None, True or False, got "
                             f"{vectorized!r}")
+        if per_row is not None and not callable(per_row):
+            raise TypeError(f"{self.label()}: per_row must be a function per_row(*values, *data) "
+                            f"whose values carry one copy per data row, got {type(per_row).__name__}")
+        self.per_row = per_row
         self.family = None
         self.provides = None
         data, mask, weights, streamed = self._check_data(data, mask, weights)

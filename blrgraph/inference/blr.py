@@ -109,7 +109,10 @@ def blr_step(model, node, rho=1.0, iteration=None, scale=None, update="natural")
     node, or a test driving one node): its target (:func:`blr_target`) taken by
     :func:`blr_update` (``update``: "natural", or "mean" for a gradient step). A
     Categorical whose target is a sum of gathered tables (:func:`target_terms`) is
-    updated in that factored form (the same q, without an entries x K exp)."""
+    updated in that factored form (the same q, without an entries x K exp). ``update`` may
+    be a stateful optimizer (:mod:`.optimizers`: adam, ogn, vogn, ivon), which steps the node."""
+    if not isinstance(update, str):   # the deep-learning rows: the optimizer steps the node
+        return update.step(model, node, rho, iteration, scale)
     if update == "mean":
         new = blr_update(node, node.nat, blr_target(model, node, scale), rho, iteration, update)
         node.set_natural(new)

@@ -12,6 +12,8 @@ from .elbo import elbo
 from .local import LocalBlock
 from .loop import ConvergenceWarning, Plan, Run
 from .methods import get_method
+from . import optimizers
+from .optimizers import HYPER
 from .options import parse_options
 from .points import resolve_points
 from .result import FitResult
@@ -60,6 +62,11 @@ def fit(model, method="vmp", **options):
     opts = parse_options(method, dict(options))
     method = method.with_rho(opts.rho) if not method.stochastic else \
         method.with_schedule(opts.tau, opts.kappa)
+    method = method.with_hyper(**{k: getattr(opts, k) for k in HYPER})
+    if opts.resume and method.hyper:
+        raise ValueError(f"fit({method.name!r}, resume=True): the optimizer's state (moments, "
+                         f"curvature, momentum) is not saved with the run; fit again from the "
+                         f"start with a larger budget")
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
@@ -162,7 +169,7 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
             if points:
                 starts[z] = starts[z].softened()
     if method.stochastic:
-        rows = _minibatches(model, structure, opts)
+        rows = _minibatches(model, structure, opts, method.name)
         budget = opts.max_steps or opts.max_iter or (opts.epochs or 5) * rows.per_epoch
         warmup = opts.warmup if opts.warmup is not None else \
             (0 if any(isinstance(v, str) and v == "diffuse" for v in starts.values()) else 20)
@@ -205,13 +212,13 @@ def _check_dask(model, method, opts):
                          f"partition and the globals); drop local_restart=False")
 
 
-def _minibatches(model, structure, opts):
+def _minibatches(model, structure, opts, name="svi"):
     if structure.root is None:
-        raise ValueError("fit('svi'): no observed node has plates to batch over")
+        raise ValueError(f"fit({name!r}): no observed node has plates to batch over")
     N = structure.N
     size = min(N, 256) if opts.batch_size is None else opts.batch_size
     if not 1 <= size <= N:
-        raise ValueError(f"fit('svi'): batch_size must be between 1 and N = {N}, got {size}")
+        raise ValueError(f"fit({name!r}): batch_size must be between 1 and N = {N}, got {size}")
     return Minibatches(model, structure, size)
 
 
@@ -244,13 +251,14 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     plan = plan_run(model, method, opts, structure, restart, start)
     rng = np.random.default_rng(seed)
     _start(model, plan, opts, rng)
+    plan.updates = optimizers.bind(plan.updates, method, plan, rng)  # adam, vogn, ... (stateful)
     run = Run(model, plan, rng)
     converged = run.run()
     if method.stochastic:
         _finish_stochastic(model, plan, run, rng, opts)
     log_evidence = laplace_finish(model, plan) if method.laplace else None
     for n in model.latent:
-        n.point = n in plan.points and not method.laplace
+        n.point = n in plan.points and not (method.laplace or method.variational)
         n.fitted = n.fitted or not method.stochastic
     plan.rows.finish(model)     # (rows on Dask: the local posteriors stay on the workers)
     trace = run.trace

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import optimizers
 from .blr import blr_step, blr_update, target_from
 from .elbo import view_elbo
 from .points import check_point
@@ -211,6 +212,9 @@ class Run:
         try:
             return self._run()
         except FloatingPointError as err:
+            if any(not isinstance(u, str) for u in self.updates.values()):
+                # an optimizer (adam, vogn, ...): undo the step, name the node and the fix
+                raise optimizers.refused(err, self.updates, self.it, self.plan.name) from None
             if "mean" not in self.updates.values():
                 raise
             raise FloatingPointError(f"{err} (at iteration {self.it} of fit({self.plan.name!r}): "
@@ -218,7 +222,8 @@ class Run:
 
     def _run(self):
         plan, rows = self.plan, self.plan.rows
-        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.plan.name)
+        epoch = rows.per_epoch if rows.stochastic else None  # the bar counts epochs
+        bar = _progress(plan.progress, plan.max_iter - len(self.trace), self.plan.name, epoch)
         start = len(self.trace) if plan.resume is not None else 0
         try:
             for it in range(start + 1, plan.max_iter + 1):
@@ -234,7 +239,7 @@ class Run:
                     plan.block.settle(self.trace)
                 for n in (plan.structure.globals if rows.stochastic else self.model.latent):
                     n.fitted = True  # the callback may read node.posterior of this iterate
-                if bar is not None:
+                if bar is not None and (epoch is None or it % epoch == 0 or it == plan.max_iter):
                     bar.update(1)
                     bar.set_postfix(elbo=f"{L:.6g}")
                 if plan.callback is not None and plan.callback(it, L):
@@ -249,7 +254,8 @@ class Run:
                 bar.close()
 
 
-def _progress(progress, total, name):
+def _progress(progress, total, name, epoch=None):
+    """A tqdm bar of ``total`` sweeps, or of the epochs they make (minibatches)."""
     if not progress:
         return None
     try:
@@ -257,4 +263,6 @@ def _progress(progress, total, name):
     except ImportError:  # optional dependency
         warnings.warn("progress=True needs tqdm (pip install tqdm); continuing without a bar")
         return None
+    if epoch:
+        return tqdm(total=-(-total // epoch), desc=f"fit({name!r})", unit="epoch", leave=False)
     return tqdm(total=total, desc=f"fit({name!r})", leave=False)

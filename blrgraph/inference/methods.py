@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .optimizers import OPTIMIZERS, check_hyper
+
 #: step-size schedules a Method may declare
 STEPS = ("constant", "damped", "robbins_monro")
 #: point-mass policies: none, the global nodes (EM's delta method), every latent node (MAP),
@@ -21,7 +23,7 @@ STEPS = ("constant", "damped", "robbins_monro")
 POINTS = ("none", "global", "all", "nonconjugate")
 #: how a step moves a delta-method Gaussian node: its natural parameters (the BLR step:
 #: Newton / Laplace) or only its mean along the gradient, precision fixed (gradient descent)
-UPDATES = ("natural", "mean")
+UPDATES = ("natural", "mean") + OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,12 @@ class Method:
     update : "natural" (the BLR step of the natural parameters; with delta-method messages
         S <- (1-rho) S + rho H(m), m <- m + rho S^-1 grad: Newton for rho = 1) or "mean"
         (the delta-method nodes keep their precision and m <- m + rho grad log p(D, m):
-        gradient descent).
+        gradient descent), or an optimizer of the deep-learning rows ("adam", "ogn", "vogn",
+        "ivon": :mod:`~blrgraph.inference.optimizers`, a diagonal Gaussian stepped with its
+        own state; ``hyper`` holds its settings).
+    variational : report the stepped nodes' q = N(m, diag(1/S)) at the end, not the point
+        (vogn, ivon).
+    hyper : ((name, value), ...) of the optimizer (``fit(..., beta1=, beta2=, ess=, ...)``).
     laplace : report the delta-method nodes as N(m, H(m)^-1) at the end, and the Laplace
         estimate of log p(D) as ``FitResult.log_evidence``.
     warm_start : a stochastic method's first minibatch takes a full step (rho = 1) from the
@@ -62,6 +69,8 @@ class Method:
     one_pass: bool = False
     update: str = "natural"
     laplace: bool = False
+    variational: bool = False
+    hyper: tuple = ()
     warm_start: bool = True
     tau: float = 1.0
     kappa: float = 0.7
@@ -80,6 +89,12 @@ class Method:
     def with_rho(self, rho):
         """The same method with step ``rho`` (``fit(method, rho=...)``)."""
         return self if rho is None else replace(self, rho=float(rho))
+
+    def with_hyper(self, **given):
+        """The same method with the optimizer settings given to ``fit`` (checked, with the
+        defaults filled in; docs/blr.md)."""
+        hyper = check_hyper(self.name, self.update, given)
+        return replace(self, hyper=tuple(sorted(hyper.items()))) if hyper else self
 
     def with_schedule(self, tau=None, kappa=None):
         """The same method with the Robbins-Monro ``tau`` / ``kappa`` given to ``fit``."""
@@ -109,6 +124,22 @@ METHODS = {
     "sgd": Method("sgd", points="nonconjugate", update="mean", rho=1e-3, nonconjugate=True,
                   stochastic=True, warm_start=False,
                   description="stochastic gradient descent: gd on minibatches scaled by N/|B|"),
+    "adam": Method("adam", points="nonconjugate", update="adam", rho=1e-3, nonconjugate=True,
+                   stochastic=True, warm_start=False,
+                   description="the BLR's Adam: delta method, diagonal Gaussian, squared-gradient "
+                               "curvature, square-root scaling, momentum (beta1 0.9, beta2 0.999)"),
+    "ogn": Method("ogn", points="nonconjugate", update="ogn", rho=0.1, nonconjugate=True,
+                  stochastic=True, warm_start=False,
+                  description="online Gauss-Newton: the BLR step of a diagonal Gaussian at its "
+                              "mean with the Gauss-Newton curvature (squared per-row gradients)"),
+    "vogn": Method("vogn", points="nonconjugate", update="vogn", rho=0.1, nonconjugate=True,
+                   stochastic=True, warm_start=False, variational=True,
+                   description="variational online Gauss-Newton: ogn at draws of q, "
+                               "q = N(m, diag(1/S)) reported"),
+    "ivon": Method("ivon", points="nonconjugate", update="ivon", rho=0.1, nonconjugate=True,
+                   stochastic=True, warm_start=False, variational=True,
+                   description="IVON (Shen et al. 2024): Price Hessian estimate at draws of q, "
+                               "momentum, Hessian initialisation, ess = N"),
     "svi": Method("svi", step="robbins_monro", stochastic=True, nonconjugate=True,
                   description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa "
                               "on minibatches scaled by N/|B|"),

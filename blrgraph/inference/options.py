@@ -11,6 +11,8 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
 BATCH = ("local_restart",)
+#: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
+OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
 
 
 @dataclass
@@ -36,6 +38,12 @@ class FitOptions:
     resume: bool = False
     warmup: int = None
     final_local_pass: bool = True
+    beta1: float = None
+    beta2: float = None
+    eps: float = None
+    hess_init: float = None
+    ess: float = None
+    mc_samples: int = None
 
 
 def _integer(name, v, low, method):

@@ -1,0 +1,177 @@
+"""The deep-learning rows of the BLR table (issue 24): a Bayesian MLP against
+scikit-learn's MLPClassifier, and IVON / VOGN against the exact Gaussian-VI optimum.
+
+Part "mlp", side by side in one run: scikit-learn's digits (pixels / 16) and
+breast-cancer (standardised with the training rows' mean and sd) tables, a 70/30
+stratified split (random_state=0); scikit-learn's ``MLPClassifier(hidden_layer_sizes=(32,),
+solver="adam")`` with its defaults (relu, batch min(200, N), 200 epochs at most,
+random_state=0) and ``blrgraph.zoo.mlp`` (one hidden layer of 32 relu units) fitted by
+``mlp.DEFAULT_METHOD`` with ``model.meta["fit_options"]`` (and VOGN with the options
+below). Reported: test accuracy, test NLL (mean -log p(y|x)), expected calibration
+error (10 equal-width bins of the top-class probability), epochs, wall time per epoch
+and its ratio to scikit-learn's.
+
+Part "logreg": a 20,000-row logistic regression (6 weights, prior N(0, I)): the
+built-in ``Bernoulli(logits=Dot(X, w))`` by ``fit("ncvmp")`` (the exact Gaussian-VI
+optimum, Gauss-Hermite) against ``Potential`` fits by ``"ivon"`` and ``"vogn"``:
+the largest |mean difference| in posterior sds and the range of the sd ratios.
+
+    python benchmarks/bench_mlp.py                   # both parts
+    python benchmarks/bench_mlp.py --parts mlp --blas-threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import _common as C
+import autograd.numpy as anp
+import numpy as np
+from scipy.special import expit
+
+import blrgraph as bg
+
+#: VOGN's options for the MLP (the zoo's defaults are IVON's)
+VOGN_MLP = {"rho": 0.02, "beta2": 0.05}
+IVON_LOGREG = {"batch_size": 500, "epochs": 50, "rho": 0.1, "beta2": 0.999, "hess_init": 0.1}
+VOGN_LOGREG = {"batch_size": 500, "epochs": 20, "rho": 0.01, "beta2": 0.05}
+
+
+def ece(p, y, bins=10):
+    conf, acc = p.max(1), p.argmax(1) == y
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    total = 0.0
+    for a, b in zip(edges[:-1], edges[1:]):
+        k = (conf > a) & (conf <= b)
+        if k.any():
+            total += k.mean() * abs(acc[k].mean() - conf[k].mean())
+    return float(total)
+
+
+def scores(p, y):
+    return {"acc": float(np.mean(p.argmax(1) == y)),
+            "nll": float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)))),
+            "ece": ece(p, y)}
+
+
+def tables():
+    from sklearn.datasets import load_breast_cancer, load_digits
+    from sklearn.model_selection import train_test_split
+    X, y = load_digits(return_X_y=True)
+    out = {"digits": train_test_split(X / 16.0, y, test_size=0.3, stratify=y, random_state=0)}
+    X, y = load_breast_cancer(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    out["breast-cancer"] = ((Xtr - mu) / sd, (Xte - mu) / sd, ytr, yte)
+    return out
+
+
+def part_mlp():
+    from sklearn.neural_network import MLPClassifier
+
+    from blrgraph.zoo import mlp
+    rows, out = [], []
+    for name, (Xtr, Xte, ytr, yte) in tables().items():
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # the ConvergenceWarning at 200 epochs
+            sk = MLPClassifier(hidden_layer_sizes=(32,), solver="adam", random_state=0).fit(Xtr, ytr)
+        t_sk = time.perf_counter() - t
+        rec = {"table": name, "N": len(ytr), "sklearn": {**scores(sk.predict_proba(Xte), yte),
+                                                        "epochs": sk.n_iter_, "s": t_sk}}
+        e_sk = t_sk / sk.n_iter_
+        rows.append([name, "sklearn MLPClassifier (adam)", f"{rec['sklearn']['acc']:.4f}",
+                     f"{rec['sklearn']['nll']:.4f}", f"{rec['sklearn']['ece']:.4f}",
+                     sk.n_iter_, C.fmt_t(e_sk), "1"])
+        for method, extra in ((mlp.DEFAULT_METHOD, {}), ("vogn", VOGN_MLP)):
+            model = mlp.build((Xtr, ytr), hidden=(32,), standardize=False)
+            opts = {k: v for k, v in model.meta["fit_options"].items()
+                    if method == mlp.DEFAULT_METHOD or k in ("batch_size", "epochs")}
+            opts["seed"] = 0
+            opts.update(extra)
+            t = time.perf_counter()
+            fit = model.fit(method, **opts)
+            t_b = time.perf_counter() - t
+            sc = scores(mlp.predict_proba(fit, Xte), yte)
+            e_b = t_b / opts["epochs"]
+            rec[method] = {**sc, "epochs": opts["epochs"], "s": t_b, "options": opts,
+                           "epoch_ratio": e_b / e_sk}
+            rows.append([name, f"blrgraph mlp, fit({method!r})", f"{sc['acc']:.4f}",
+                         f"{sc['nll']:.4f}", f"{sc['ece']:.4f}", opts["epochs"], C.fmt_t(e_b),
+                         f"{e_b / e_sk:.2f}"])
+        out.append(rec)
+        print(C.md_table(HEAD_MLP, rows[-3:]), flush=True)
+    return rows, out
+
+
+HEAD_MLP = ["table", "model", "test accuracy", "test NLL", "ECE", "epochs", "time / epoch",
+            "epoch cost / sklearn's"]
+
+
+def logistic_rows(w, X, y):
+    a = w @ X.T
+    return y * a - anp.logaddexp(0.0, a)
+
+
+def logistic_per_row(w, X, y):
+    a = anp.sum(w * X, axis=-1)
+    return y * a - anp.logaddexp(0.0, a)
+
+
+def part_logreg(N=20000, D=6):
+    rng = np.random.default_rng(0)
+    X = np.column_stack([np.ones(N), rng.normal(size=(N, D - 1))])
+    y = (rng.random(N) < expit(X @ np.linspace(1.0, -1.0, D))).astype(float)
+    w = bg.MultivariateNormal(np.zeros(D), np.eye(D), name="w")
+    t = time.perf_counter()
+    bg.Model(bg.Bernoulli(logits=bg.Dot(X, w), name="y").observe(y)).fit("ncvmp", tol=1e-12)
+    t0 = time.perf_counter() - t
+    m0, sd0 = w.posterior.mean, np.sqrt(np.diag(w.posterior.cov))
+    rows = [[f"{N:,} x {D}", "ncvmp (built-in factor, exact)", "-", "0", "1", C.fmt_t(t0)]]
+    out = []
+    for method, opts in (("ivon", IVON_LOGREG), ("vogn", VOGN_LOGREG)):
+        v = bg.Normal(0.0, 1.0, plates=(D,), name="w")
+        lik = bg.Potential(logistic_rows, v, data=(X, y), per_row=logistic_per_row, name="lik")
+        t = time.perf_counter()
+        bg.Model(lik).fit(method, seed=0, **opts)
+        tm = time.perf_counter() - t
+        dm = float(np.max(np.abs(v.posterior.mean - m0) / sd0))
+        r = np.sqrt(v.posterior.var) / sd0
+        out.append({"method": method, "options": opts, "max_mean_diff_sd": dm,
+                    "sd_ratio": [float(r.min()), float(r.max())], "s": tm})
+        rows.append([f"{N:,} x {D}", f"{method} (Potential) {opts}", f"{dm:.3f}", "",
+                     f"{r.min():.3f} .. {r.max():.3f}", C.fmt_t(tm)])
+        rows[-1][3] = "met" if dm <= 0.5 and r.min() >= 0.5 and r.max() <= 2 else "MISSED"
+    return rows, out
+
+
+HEAD_LOGREG = ["N x D", "fit", "max |mean diff| / sd", "target (0.5 sd, sd x/÷ 2)", "sd ratio",
+               "wall"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="mlp,logreg")
+    ap.add_argument("--blas-threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    C.limit_blas(args.blas_threads)
+    info = C.machine_info()
+    print(C.machine_markdown(info))
+    result = {"machine": info}
+    parts = args.parts.split(",")
+    if "mlp" in parts:
+        rows, result["mlp"] = part_mlp()
+        print()
+        print(C.md_table(HEAD_MLP, rows))
+    if "logreg" in parts:
+        rows, result["logreg"] = part_logreg()
+        print()
+        print(C.md_table(HEAD_LOGREG, rows))
+    print(f"\n{C.command_line()}  (load {C.loadavg()})")
+    C.write_json(args.json, result)
+
+
+if __name__ == "__main__":
+    main()
