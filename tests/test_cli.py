@@ -235,7 +235,8 @@ def test_fit_with_method_svi(tmp_path):
                                "--out", tmp_path / "g3", "--no-plots")
     assert code == 0 and "7 steps" in stdout, stderr
     code, _, stderr = run("fit", "gmm", path, "--k", "2", "--batch-size", "100", "--out", tmp_path / "x")
-    assert code == 1 and "--batch-size is an option of --method sgd or svi" in stderr
+    assert code == 1 and "--batch-size is an option of --method sgd or adam or ogn or vogn or " \
+        "ivon or svi, not of 'vmp'" in stderr
     code, _, stderr = run("fit", "gmm", path, "--k", "2", "--method", "svi", "--fit-option", "kappa=0.3",
                           "--out", tmp_path / "x")
     assert code == 1 and "kappa must be a finite number > 0.5 and <= 1.0" in stderr

@@ -98,7 +98,12 @@ class Run:
 
     def update_globals(self, view, rho=None):
         for g in self.plan.structure.globals:
-            self.step(g, view.messages(g), self.rhos[g] if rho is None else rho)
+            r = self.rhos[g] if rho is None else rho
+            u = self.updates.get(g, "natural")
+            if isinstance(u, str):
+                self.step(g, view.messages(g), r)
+            else:   # a stateful optimizer (adam, vogn, ...) reads the view's rows itself
+                u.step(self.model, g, r, self.it, None if view.scale == 1.0 else view.scale_of)
             self._point(g)
 
     def step(self, node, messages, rho):
