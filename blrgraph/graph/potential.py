@@ -247,6 +247,16 @@ class PotentialFactor(Conditional):
             return v
         return anp.sum(v if w is None else v * w, axis=-1)
 
+    def _means(self):
+        """Each parent's mean, shaped like its value (plates + event): no draws are made
+        (a delta-method fit never needs them)."""
+        out = []
+        for p in self.parents:
+            m = np.asarray(p.moments()[0], dtype=float)
+            shape = tuple(p.plates) + (m.shape[-1:] if isinstance(p.provides, MVNFamily) else ())
+            out.append(np.array(np.broadcast_to(m, shape)))
+        return out
+
     def check_fit(self, method="fit"):
         """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
         naming the node and the fix."""
@@ -255,7 +265,7 @@ class PotentialFactor(Conditional):
         else:
             data, _ = self.rows()
         where = f"fit({method!r}): {self.node.label()}"
-        one = [np.array(p.m) for p in self.draws()]
+        one = self._means()
         try:
             with np.errstate(all="ignore"):   # a non-finite value is refused below
                 v = np.asarray(self._call(one, data), dtype=float)
