@@ -171,6 +171,30 @@ def test_gauss_hermite_logistic_expectations_against_adaptive_quadrature():
             assert float(g) == pytest.approx(ref, rel=1e-6)
 
 
+def test_logistic_parts_from_one_exp_equal_the_separate_functions():
+    a = np.concatenate([np.linspace(-800, 800, 4001), [-1e-300, 0.0, 1e-300, 36.7, -36.7]])
+    sp, sig, dsig = nc._logistic_parts(a)
+    assert np.all(np.isfinite(sp)) and np.all(np.isfinite(dsig))
+    assert np.allclose(sp, nc._softplus(a), rtol=1e-15, atol=0)
+    assert np.allclose(sig, expit(a), rtol=4e-16, atol=1e-300)
+    assert np.allclose(dsig, nc._sig_prime(a), rtol=1e-15, atol=1e-300)
+    assert np.array_equal(nc._logistic_grad_parts(a)[0], sig)
+
+
+def test_small_variance_rule_equals_the_64_node_rule():
+    """Entries with v <= 1/4 take 24 nodes (GH_BUCKETS): equal to 64 nodes to rounding."""
+    rng = np.random.default_rng(3)
+    m, v = 4 * rng.normal(size=2000), rng.uniform(1e-6, 0.25, size=2000)
+    got = nc.normal_expectations(nc._logistic_parts, m, v)
+    ref = nc.normal_expectations((nc._softplus, expit, nc._sig_prime), m, v, n=64)
+    for g, r in zip(got, ref):
+        assert np.allclose(g, r, rtol=2e-15, atol=1e-300)
+    mixed = np.concatenate([v, [1.0, 9.0, 30.0]])
+    mm = np.concatenate([m, [0.5, -1.0, 2.0]])
+    parts = nc.normal_expectations(nc._logistic_parts, mm, mixed)
+    assert np.allclose(parts[0][:2000], got[0], rtol=0, atol=0)
+
+
 def test_masked_rows_are_left_out():
     X, y, L0 = _glm_data("poisson", N=60)
     keep = np.arange(60) % 3 != 0

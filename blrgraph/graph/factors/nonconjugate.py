@@ -26,9 +26,10 @@ log-concave and never make a Gaussian precision indefinite.
 
 E[A] and its derivatives:
 
-* Bernoulli, A = softplus: Gauss-Hermite quadrature (``GH_NODES`` = 64 nodes,
-  more for entries with a large variance; vectorised as arrays (entries,
-  nodes)); A' = sigmoid, A'' = sigmoid(a) sigmoid(-a).
+* Bernoulli, A = softplus: Gauss-Hermite quadrature (``GH_BUCKETS``: 24 nodes
+  up to v = 1/4, ``GH_NODES`` = 64 up to v = 4, more beyond; vectorised as
+  arrays (entries, nodes)); A' = sigmoid, A'' = sigmoid(a) sigmoid(-a), all
+  three from one exp per node (:func:`_logistic_parts`).
 * Poisson, A = exp: closed form, E[e^a] = e^{m + v/2} (docs/math.md §4.3).
 * Categorical, A = log-sum-exp over the last plate axis of the logits: no
   closed form in K dimensions. A fixed cubature rule (:func:`logsumexp_rule`):
@@ -70,28 +71,38 @@ def gauss_hermite(n=GH_NODES):
     return np.sqrt(2.0) * t, w / np.sqrt(np.pi)
 
 
-def normal_expectations(fns, m, v, n=None):
-    """E_{N(m, v)}[f(a)] for each f in ``fns`` by Gauss-Hermite, vectorised over entries.
+GH_BUCKETS = ((0.25, 24), (4.0, GH_NODES), (16.0, 2 * GH_NODES), (np.inf, 4 * GH_NODES))
 
-    The node spacing grows with sqrt(v) while sigmoid-type functions vary on a scale
-    of 1, so entries with a large variance get more nodes: ``GH_NODES`` (64) up to
-    v = 4, twice that up to v = 16, four times beyond (hermgauss is unstable past
-    ~300 nodes). Relative errors: ~1e-15 at v = 1, ~1e-10 at v = 9, ~1e-7 at
-    v = 25 for E[sigmoid'] (the hardest of the three). ``n`` forces one rule."""
+
+def normal_expectations(fns, m, v, n=None):
+    """E_{N(m, v)}[f(a)] for each f by Gauss-Hermite, vectorised over entries.
+
+    ``fns`` is a tuple of functions, or one function returning a list of arrays (so
+    that several integrands can share one exp). The node spacing grows with sqrt(v)
+    while sigmoid-type functions vary on a scale of 1, so entries with a larger
+    variance get more nodes (``GH_BUCKETS``): 24 up to v = 1/4 (equal to the 64-node
+    rule to rounding, ~1e-15), ``GH_NODES`` (64) up to v = 4, twice that up to
+    v = 16, four times beyond (hermgauss is unstable past ~300 nodes). Relative
+    errors: ~1e-15 at v = 1, ~1e-10 at v = 9, ~1e-7 at v = 25 for E[sigmoid'] (the
+    hardest of the three). ``n`` forces one rule."""
     m, v = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(v, dtype=float))
     if n is not None:
         z, wt = gauss_hermite(n)
         a = m[..., None] + np.sqrt(v)[..., None] * z
-        return [np.sum(f(a) * wt, axis=-1) for f in fns]
-    bucket = np.digitize(v, [4.0, 16.0])
+        vals = fns(a) if callable(fns) else [f(a) for f in fns]
+        return [f_a @ wt for f_a in vals]
+    edges = [e for e, _ in GH_BUCKETS[:-1]]
+    bucket = np.digitize(v, edges, right=True)
     lo, hi = (int(bucket.min()), int(bucket.max())) if bucket.size else (0, 0)
     if lo == hi:
-        return normal_expectations(fns, m, v, GH_NODES * 2 ** lo)
-    out = [np.empty(m.shape) for _ in fns]
+        return normal_expectations(fns, m, v, GH_BUCKETS[lo][1])
+    out = None
     for b in range(lo, hi + 1):
         sel = bucket == b
         if np.any(sel):
-            for o, r in zip(out, normal_expectations(fns, m[sel], v[sel], GH_NODES * 2 ** b)):
+            parts = normal_expectations(fns, m[sel], v[sel], GH_BUCKETS[b][1])
+            out = out or [np.empty(m.shape) for _ in parts]
+            for o, r in zip(out, parts):
                 o[sel] = r
     return out
 
@@ -109,6 +120,24 @@ def _softplus(a):
 
 def _sig_prime(a):
     return expit(a) * expit(-a)
+
+
+def _logistic_parts(a):
+    """softplus(a), sigmoid(a), sigmoid'(a) from one exp: with e = exp(-|a|) and
+    r = 1 / (1 + e) = sigmoid(|a|), softplus = max(a, 0) + log1p(e), sigmoid = r or
+    e r, sigmoid' = e r^2 (all without overflow)."""
+    e = np.exp(-np.abs(a))
+    r = 1.0 / (1.0 + e)
+    er = e * r
+    return [np.maximum(a, 0.0) + np.log1p(e), np.where(a >= 0.0, r, er), er * r]
+
+
+def _logistic_grad_parts(a):
+    """sigmoid(a) and sigmoid'(a) only (the message needs no softplus)."""
+    e = np.exp(-np.abs(a))
+    r = 1.0 / (1.0 + e)
+    er = e * r
+    return [np.where(a >= 0.0, r, er), er * r]
 
 
 class _GaussianLinkFactor(Conditional):
@@ -135,6 +164,10 @@ class _GaussianLinkFactor(Conditional):
     def prior_natural(self, u):
         return (np.asarray(u[0][0], dtype=float),)
 
+    def expected_dA(self, m, v):
+        """E[A'(a)], E[A''(a)] (the message's two numbers); subclasses may skip E[A]."""
+        return self.expected_A(m, v)[1:]
+
     def expected_log_partition(self, u):
         m, v = moments_to_mv(u[0])
         return self.expected_A(m, v)[0]
@@ -153,7 +186,7 @@ class _GaussianLinkFactor(Conditional):
 
     def message(self, i, x, u, w, target):
         m, v = moments_to_mv(u[0])
-        _, dA, d2A = self.expected_A(m, v)
+        dA, d2A = self.expected_dA(m, v)
         y = x.moments[0]
         dS_dm = y - dA
         dS_dv = -0.5 * d2A
@@ -168,7 +201,14 @@ class BernoulliLogitFactor(_GaussianLinkFactor):
     link = "logits"
 
     def expected_A(self, m, v):
-        return normal_expectations((_softplus, expit, _sig_prime), m, v)
+        return normal_expectations(_logistic_parts, m, v)
+
+    def expected_dA(self, m, v):
+        return normal_expectations(_logistic_grad_parts, m, v)
+
+    def expected_log_partition(self, u):
+        m, v = moments_to_mv(u[0])
+        return normal_expectations((_softplus,), m, v)[0]
 
     def predictive_var(self, m, v, mean):
         return mean * (1.0 - mean)
