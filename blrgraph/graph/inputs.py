@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from .data import _event_shape, prepare_observation, real_numbers  # noqa: F401 (real_numbers)
 from .plates import broadcast_plates
 
 _MAX_PLATE = np.iinfo(np.intp).max
@@ -121,7 +122,6 @@ def _check_symmetric(node, x, mask, dplates):
 
 def check_stream_shape(node, shape):
     """A streamed source of ``shape`` (rows first) must fit the node as in-memory data would."""
-    from .data import _event_shape
     vnd = node.family.value_ndim
     shape = tuple(int(s) for s in shape)
     if not isinstance(vnd, int) or len(shape) < max(vnd, 1):
@@ -140,15 +140,6 @@ def check_stream_shape(node, shape):
         raise ValueError(f"{node.label()}: streamed data of shape {shape} has plates {dplates} but "
                          f"the node has plates {node.plates}; give one value per plate entry")
     return dplates
-
-
-def real_numbers(arr):
-    """True when ``arr`` holds real numbers (an object array of Python ints too: integers
-    too large for a float are refused elsewhere, by size)."""
-    arr = np.asarray(arr)
-    if arr.dtype.kind in "biuf":
-        return True
-    return arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.ravel())
 
 
 def check_trials(family, name, n):
@@ -177,7 +168,6 @@ _ENTRY = re.compile(r"(first at |entry )\((\d+)((?:, \d+)*,?)\)")
 def check_batch(node, rows):
     """Rows ``rows`` of ``node``'s streamed source, validated as ``observe`` validates
     in-memory data; a refusal names the node and the source's (global) row number."""
-    from .data import prepare_observation
     rows = np.asarray(rows)
     try:
         x = node.source.read(rows)

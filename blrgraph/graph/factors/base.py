@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...families.base import inner
-from ..node import ChildData, Constant, Node, _weighted_sum
+from ...predictive import fixed_predictive, monte_carlo
+from ..base import ChildData, Constant, Node, _weighted_sum
 from ..plates import broadcast_plates
 
 
@@ -191,7 +192,6 @@ class Conditional:
         :class:`~blrgraph.graph.predictive.ParentDist` per parent slot. The default is the
         conditional itself when every parent is fixed, else Monte Carlo over q; conjugate
         factors override it with the exact integral."""
-        from ..predictive import fixed_predictive, monte_carlo
         if all(pd.fixed for pd in q):
             return fixed_predictive(self, q, plates)
         return monte_carlo(self, q, plates, ctx)

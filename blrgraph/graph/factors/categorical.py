@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
+from ...predictive import CategoricalPredictive, DirichletMultinomial
 from ..plates import broadcast_plates, wsum
 from .base import Conditional
 
@@ -112,7 +113,6 @@ class CategoricalFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Categorical(p) with p ~ Dirichlet(alpha): Categorical(alpha / sum(alpha))."""
-        from ..predictive import CategoricalPredictive
         if q[0].kind != "q":
             return CategoricalPredictive(q[0].value, plates)
         alpha = q[0].params["alpha"]
@@ -122,7 +122,7 @@ class CategoricalFactor(Conditional):
         """The message to p (its gradient, w_n E[onehot z_n]) of a z whose q is a
         factored Categorical (families/gathered.py), kept factored for a gather to
         scatter (graph/node.py FactoredMessage); None when it must be reduced here."""
-        from ..node import FactoredMessage
+        from ..base import FactoredMessage
         if tuple(target) != self.node.plates or (w is not None and np.shape(w) != tuple(target)):
             return None
         return (FactoredMessage(q, w),)
@@ -224,7 +224,6 @@ class MultinomialFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Multinomial(n, p) with p ~ Dirichlet(alpha): Dirichlet-multinomial(n, alpha)."""
-        from ..predictive import DirichletMultinomial
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         return DirichletMultinomial(self.n, q[0].params["alpha"], plates)

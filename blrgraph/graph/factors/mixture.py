@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..node import ChildData
+from ...predictive import MixturePredictive
+from ..base import ChildData
 from ..plates import broadcast_plates, reduce_to
 from ..suffstats import FlatStats
 from .base import Conditional
@@ -20,7 +21,7 @@ class MixtureFactor(Conditional):
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
         z = parents[0]
-        from ..node import Node
+        from ..base import Node
         if not isinstance(z, Node) or not getattr(getattr(z, "provides", None), "is_label", False):
             raise TypeError(f"{node.label()}: the first argument of Mixture must be a Categorical "
                             f"node (the assignments z), got {z!r}")
@@ -350,7 +351,6 @@ class MixtureFactor(Conditional):
         each entry's q(z) (one-hot for observed assignments). With ``ctx.values`` (new
         rows, NaN = missing cells) the weights are the assignment probabilities of each
         row given its observed cells, and vector components are conditioned on them."""
-        from ..predictive import MixturePredictive
         zq = q[0]
         comp = self.component_predictive(q, ctx)
         if zq.kind == "fixed":
