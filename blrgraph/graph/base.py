@@ -26,6 +26,33 @@ class Node:
     stochastic = False
     #: can the node become a view of some entries of its first plate axis (``restrict``)?
     restrictable = True
+    # What every node answers; a stochastic node sets its own in ``_init_state``.
+    #: the family of the moments the node publishes
+    provides = None
+    #: its conditional p(x | parents) (stochastic nodes), with ``family`` the family of q
+    factor = None
+    family = None
+    observed = False
+    point = False
+    fitted = False
+    #: why the node has no posterior after a fit (streamed or Dask rows), or None
+    unfitted_reason = None
+    #: where its rows are read from when they are not in memory (graph/stream.py)
+    source = None
+    #: q's start given by ``start_from`` (natural parameters), or None
+    _start = None
+    #: a Categorical q kept in factored form (``set_natural_terms``), or None
+    _factored = None
+    #: the moments a node keeps until its parents' moments change
+    _cache = None
+    #: a deterministic node's map of its parents' values to its own (``forward(*values)``,
+    #: used by predictive draws), or None
+    forward = None
+    #: q's natural parameters (stochastic nodes)
+    nat = None
+    #: what a Gaussian node computes without its per-entry moments (``Dot``, ``Add``):
+    #: ``parts()``, ``first_moment()``, ``moment_sums(...)``; None: read ``moments()``
+    parts = first_moment = moment_sums = None
 
     def __init__(self, name, plates):
         self.id = next(_ids)
@@ -335,7 +362,7 @@ class Gather(Deterministic):
         moments change (they are replaced, never modified in place), so the several
         readers in one sweep (prior, ELBO) share one gather of entries x K."""
         src = self.source.moments()
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
         if cached is not None and cached[0] is src and cached[1] is self.idx:
             return cached[2]
         out = tuple(np.take(np.broadcast_to(m, self.source.plates + np.shape(m)[np.ndim(m) - k:]),
@@ -352,7 +379,7 @@ class Gather(Deterministic):
         return state
 
     def backward(self, msg, parent):
-        if len(msg) == 1 and hasattr(msg[0], "scatter") and self.idx.ndim == 1:
+        if len(msg) == 1 and isinstance(msg[0], FactoredMessage) and self.idx.ndim == 1:
             out = msg[0].scatter(self.idx, self.source.plates[0])  # factored: no entries x K
             if out is not None:
                 return (out,)
@@ -366,7 +393,7 @@ def _entries_reached(child, node, seen):
     when that cannot be told entry by entry (then every entry counts as reached)."""
     cplates = tuple(child.plates)
     seen = np.broadcast_to(seen, cplates)
-    mixture = getattr(child.factor, "component", None) is not None
+    mixture = child.factor.component is not None
     out = None
     for i, p in enumerate(child.factor.parents):
         if p is not node:

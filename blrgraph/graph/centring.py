@@ -44,8 +44,7 @@ CENTRE_IF = 4.0
 
 
 def _locational(node):
-    fam = getattr(node, "provides", None)
-    return bool(getattr(fam, "locational", False))
+    return node.provides is not None and node.provides.locational
 
 
 def _location_parents(node):
@@ -196,7 +195,7 @@ def _k_axes(members, edges, anchor, consts):
 def _dask(node):
     """Are the node's data a dask array (docs/scaling.md)? Its partitions are then centred
     with the c of all its rows, computed on the cluster when the model is built."""
-    return node.value is None and getattr(getattr(node, "source", None), "dask", False)
+    return node.value is None and node.source is not None and node.source.dask
 
 
 def _data_size(node):
@@ -249,7 +248,7 @@ def _data_shift(node, k):
 
 
 def _is_chain(node):
-    return isinstance(getattr(node, "factor", None), GaussianChainFactor)
+    return isinstance(node.factor, GaussianChainFactor)
 
 
 def _chain_fixed(members, c):
@@ -295,7 +294,7 @@ def _group_shift(members, edges, pinned, consts):
         flag, k = _k_axes(members, edges, anchor, consts)
         c = _data_shift(anchor, k)
     elif not pinned and len(members) == 1 and \
-            isinstance(getattr(members[0], "factor", None), FixedPrior):
+            isinstance(members[0].factor, FixedPrior):
         return None    # a prior alone keeps its own mean as c (FixedPrior)
     elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
         own = [n.family.shift for n in members if n.stochastic and

@@ -21,9 +21,14 @@ def real_numbers(arr):
     return arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.ravel())
 
 
+def numpy_of(data):
+    """A pandas Series / DataFrame as its numpy array (without importing pandas); anything
+    else as it is."""
+    return data.to_numpy() if hasattr(data, "to_numpy") else data
+
+
 def _as_array(node, data):
-    if hasattr(data, "to_numpy"):  # pandas Series / DataFrame without importing pandas
-        data = data.to_numpy()
+    data = numpy_of(data)
     try:
         arr = np.asarray(data, dtype=float)
     except (TypeError, ValueError):
@@ -39,7 +44,7 @@ def _support(node, x, m):
     The family declares its support (``check_support``; docs/dev/architecture.md, "Value
     facts"); x holds every entry (masked ones hold a placeholder), m is the mask or None."""
     fam = node.family
-    components = getattr(node.factor, "component", None) is not None
+    components = node.factor.component is not None
     categories = node.factor.n_categories() if fam.is_label else None
     bad, what = fam.check_support(x, components=components, categories=categories)
     bad = np.broadcast_to(np.asarray(bad, dtype=bool), np.shape(x)[: np.ndim(x) - fam.value_ndim])
@@ -62,7 +67,7 @@ def _event_shape(node):
         k = list(node.family.event_ndims).index(vnd)
         nat = node.nat
         if nat is None:  # a Mixture defers its prior: ask the component
-            comp = getattr(node.factor, "component", None)
+            comp = node.factor.component
             if comp is None:
                 return None
             nat = comp.prior_natural([p.moments() for p in node.factor.parents[1:]])
@@ -173,7 +178,7 @@ def prepare_observation(node, data, mask, weights):
         if mask.dtype != bool:
             raise TypeError(f"{node.label()}: mask must be a boolean array (True = observed), got "
                             f"{mask.dtype}")
-        if vnd == 1 and getattr(node.family, "cell_masks", False) and mask.shape == x.shape:
+        if vnd == 1 and node.family.cell_masks and mask.shape == x.shape:
             return _observe_cells(node, x, mask, weights)
     m = _entry_mask(node, mask, finite, dplates)
     if m is not None and not np.all(m):

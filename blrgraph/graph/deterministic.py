@@ -12,6 +12,7 @@ import numpy as np
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
 from .base import Constant, Deterministic, Gather, Node, _stochastic_sources  # noqa: F401 (Gather)
+from .data import numpy_of
 from .gate import Gate  # noqa: F401 (read from here too)
 from .plates import broadcast_plates, wsum
 
@@ -45,10 +46,10 @@ class Dot(Deterministic):
             raise TypeError("Dot(X, w): give at least one node (a MultivariateNormal node, or a "
                             "node publishing its moments such as a gather of one); both are arrays")
         for v in ((X, w) if a_node else (w,)):
-            if not isinstance(getattr(v, "provides", None), MVNFamily):
+            if not isinstance(v.provides, MVNFamily):
                 raise TypeError(f"Dot(X, w): the operand {v.label()} must be a MultivariateNormal "
                                 f"node (vector moments E[v], E[v v^T]); got "
-                                f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
+                                f"{v.provides.name if v.provides is not None else 'no moments'}")
         D = np.shape(w.moments()[0])[-1]
         if a_node:
             if X is w:
@@ -73,7 +74,7 @@ class Dot(Deterministic):
             self.X = None      # no design matrix: both operands are nodes
             self.operands = [X, w]
         else:
-            raw = X.to_numpy() if hasattr(X, "to_numpy") else X
+            raw = numpy_of(X)
             if np.asarray(raw).dtype.kind not in "biuf":
                 raise TypeError(f"Dot(X, {w.name}): X must be an array of numbers (shape (..., D)), "
                                 f"got {np.asarray(raw).dtype} values; encode text columns first "
@@ -103,7 +104,7 @@ class Dot(Deterministic):
 
     def moments(self):
         srcs = tuple(p.moments() for p in self.operands)
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
         if cached is not None and all(a is b for a, b in zip(cached[0], srcs)) \
                 and cached[1] is self.X:
             return cached[2]
@@ -225,9 +226,9 @@ class Dot(Deterministic):
         if self.X is not None:
             return
         for p in sorted(self.operands, key=lambda n: n.id):
-            if getattr(p, "_start", None) is not None:
+            if p._start is not None:
                 continue   # a given start (``node.start_from``)
-            if not isinstance(getattr(p, "family", None), MVNFamily):
+            if not isinstance(p.family, MVNFamily):
                 continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
@@ -235,7 +236,7 @@ class Dot(Deterministic):
 
 def _shift(node):
     """A node's location shift (graph/centring.py), None without one."""
-    return getattr(getattr(node, "provides", None), "shift", None)
+    return None if node.provides is None else node.provides.shift
 
 
 def _vector_parts(node):
@@ -243,8 +244,8 @@ def _vector_parts(node):
     q's precision where there is one (E[v v^T] - E[v] E[v]^T would lose it when v is far
     from zero), else from the moments (centred when c is set)."""
     m, mm = node.moments()
-    fam = getattr(node, "family", None)
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    fam = node.family
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None and isinstance(fam, MVNFamily):
         return m, fam.cov(node.nat)
     return m, mm - m[..., :, None] * m[..., None, :]
@@ -256,14 +257,14 @@ def _scalar_parts(node):
     its digits when v is far from zero."""
     if isinstance(node, Constant):
         return node.value, 0.0, 0.0
-    parts = getattr(node, "parts", None)
+    parts = node.parts
     if parts is not None and (not isinstance(node, Dot) or node.X is not None):
         return parts()
     m1, m2 = node.moments()
     c = _shift(node)
     c = 0.0 if c is None else c
-    fam = getattr(node, "family", None)
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    fam = node.family
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None and isinstance(fam, NormalFamily):
         return c, m1, fam.var(node.nat)    # (E[v^2] - E[v]^2 would lose it far from zero)
     return c, m1, m2 - m1 * m1
@@ -283,12 +284,12 @@ def _factorises(c, plates):
 def _first_moment(node):
     """E[v] of an operand without its second moments where it can: a ``Dot``'s mean alone,
     a latent q with a shared covariance its mean (no (entries, D, D) stack)."""
-    f = getattr(node, "first_moment", None)
+    f = node.first_moment
     if f is not None:
         return f()
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None:
-        g = getattr(node.family, "shared_covariance", None)
+        g = node.family.shared_covariance
         parts = None if g is None else g(node.nat)
         if parts is not None:
             return parts[0]
@@ -303,9 +304,9 @@ def _second_terms(node, shared=True):
     so the (entries, D, D) stack is never built; otherwise (or ``shared=False``) the
     per-entry array [((E[v v^T],), ("AB",))]."""
     parts = None
-    if shared and getattr(node, "stochastic", False) and not node.observed and not node.point \
+    if shared and node.stochastic and not node.observed and not node.point \
             and node.nat is not None:
-        f = getattr(node.family, "shared_covariance", None)
+        f = node.family.shared_covariance
         parts = None if f is None else f(node.nat)
     if parts is None:
         m, S = node.moments()
@@ -336,10 +337,10 @@ class Add(Deterministic):
         ops = []
         for v in (a, b):
             if isinstance(v, Node):
-                if not isinstance(getattr(v, "provides", None), NormalFamily):
+                if not isinstance(v.provides, NormalFamily):
                     raise TypeError(f"Add(a, b): {v.label()} must publish Normal moments (a Normal "
                                     f"node, bg.Dot or bg.Add), got "
-                                    f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
+                                    f"{v.provides.name if v.provides is not None else 'no moments'}")
                 ops.append(v)
             else:
                 try:
@@ -411,7 +412,7 @@ class Add(Deterministic):
         kw = dict(target_plates=target_plates, full_plates=full)
 
         def own(op, yy, sec):
-            f = getattr(op, "moment_sums", None)
+            f = op.moment_sums
             return None if f is None else f(coef, yy, target_plates, full, second=sec)
 
         got = [own(op, y, second) for op in self.operands]

@@ -38,9 +38,9 @@ class Gate(Deterministic):
     not depend on z (two parents gated by the same z are not linear in r)."""
 
     def __init__(self, z, node, axis=-1, name=None):
-        if not isinstance(z, Node) or not isinstance(getattr(z, "provides", None), CategoricalFamily):
+        if not isinstance(z, Node) or not isinstance(z.provides, CategoricalFamily):
             raise TypeError(f"Gate(z, node): z must be a Categorical node, got {z!r}")
-        if not isinstance(node, Node) or getattr(node, "provides", None) is None:
+        if not isinstance(node, Node) or node.provides is None:
             raise TypeError(f"Gate({z.name}, node): node must be a node with moments, got {node!r}")
         if not node.plates:
             raise ValueError(f"Gate({z.name}, {node.name}): the node has no plates; its plate "
@@ -80,7 +80,7 @@ class Gate(Deterministic):
         return self.node.plates[:self.axis] + self.node.plates[self.axis + 1:]
 
     def _add_child(self, child):
-        others = [p for p in getattr(child, "parents", []) if p is not self]
+        others = [p for p in child.parents if p is not self]
         if any(self.z in _stochastic_sources(p) | _gate_selectors(p) for p in others):
             raise ValueError(f"{child.label()}: two of its parents depend on the selector "
                              f"{self.z.label()} (gates on the same z); the expected "
@@ -104,7 +104,7 @@ class Gate(Deterministic):
 
     def moments(self):
         srcs = (self.z.moments(), self.node.moments())
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
         if cached is not None and cached[0][0] is srcs[0] and cached[0][1] is srcs[1]:
             return cached[1]
         out = []

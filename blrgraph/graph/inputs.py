@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from .data import _event_shape, prepare_observation, real_numbers  # noqa: F401 (real_numbers)
+from .data import _event_shape, numpy_of, prepare_observation, real_numbers  # noqa: F401 (real_numbers)
 from .plates import broadcast_plates
 
 _MAX_PLATE = np.iinfo(np.intp).max
@@ -49,8 +49,7 @@ def _short_int(v):
 
 def _as_float(node, what, value):
     """``value`` as a float array; complex numbers and integers beyond float64 are refused."""
-    if hasattr(value, "to_numpy"):  # pandas Series / DataFrame without importing pandas
-        value = value.to_numpy()
+    value = numpy_of(value)
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError):
@@ -185,7 +184,7 @@ def check_batch(node, rows):
         raise ValueError(f"{node.label()}: the streamed rows have shape {x.shape[1:]}, not "
                          f"{node.source.shape[1:]}")
     w = None
-    if getattr(node.source, "weights", None) is not None:   # counts alongside dask rows
+    if node.source.weights is not None:   # counts alongside dask rows
         w = node.source.read_weights(rows)
     try:
         return prepare_observation(node, x, None, w)

@@ -62,7 +62,7 @@ class Stochastic(Node):
                 comp.prior_natural([p.moments() for p in self.factor.parents[1:]])
             return None
         except ValueError:
-            shapes = ", ".join(f"{getattr(s, 'name', i)}: {tuple(np.shape(p.moments()[0]))}"
+            shapes = ", ".join(f"{s.name}: {tuple(np.shape(p.moments()[0]))}"
                                for i, (s, p) in enumerate(zip(self.factor.slots, self.factor.parents)))
             raise ValueError(f"{self.label()}: the shapes of its parameters do not fit together "
                              f"({shapes}); a vector's length must match the matrix dimension "
@@ -104,7 +104,7 @@ class Stochastic(Node):
 
     def start(self, rng):
         """q at the start given by :meth:`start_from`, if any (see :meth:`Node.start`)."""
-        if getattr(self, "_start", None) is not None and not self.observed:
+        if self._start is not None and not self.observed:
             self.set_natural(self._start)
 
     # ---- data ---------------------------------------------------------------
@@ -119,7 +119,7 @@ class Stochastic(Node):
         try:
             source = as_source(data)
             if source is not None:
-                if getattr(source, "dask", False) and weights is not None and mask is None:
+                if source.dask and weights is not None and mask is None:
                     source.attach_weights(weights, self.label())   # dask counts of the rows
                     weights = None
                 if mask is not None or weights is not None:
@@ -147,7 +147,7 @@ class Stochastic(Node):
     def aligned_plates(self, parent):
         f = self.factor
         sel = f.selector()
-        comp = getattr(f, "component", None)
+        comp = f.component
         plates = tuple(parent.plates)
         for i, p in enumerate(f.parents):
             if p is not parent:
@@ -162,7 +162,7 @@ class Stochastic(Node):
         return plates
 
     def restrict(self, rows, cut, source_rows=None):
-        q = None if self.observed or self._nat is not None else getattr(self, "_factored", None)
+        q = None if self.observed or self._nat is not None else self._factored
         nat = None if self.observed or q is not None else self.nat
         state = super().restrict(rows, cut)
         if self.observed:
@@ -202,9 +202,9 @@ class Stochastic(Node):
         """The data in the family's centred coordinates (x - c, graph/centring.py): built
         once per data array (kept while ``self.value`` is the same object); masked entries
         hold 0. Without a shift, the data themselves."""
-        if self.value is None or getattr(self.family, "shift", None) is None:
+        if self.value is None or self.family.shift is None:
             return self.value
-        cached = getattr(self, "_centred", None)
+        cached = self._centred
         if cached is not None and cached[0] is self.value and cached[1] is self.family:
             return cached[2]
         v = self.family.centre(self.value)
@@ -223,7 +223,7 @@ class Stochastic(Node):
         memo = self.__dict__.get("_cells_memo")
         if memo is None or memo[0] is not v:
             c = None
-            if v is not None and getattr(self.family, "cell_masks", False):
+            if v is not None and self.family.cell_masks:
                 nan = np.isnan(v)
                 c = ~nan if nan.any() else None
             self._cells_memo = memo = (v, c)
@@ -247,7 +247,7 @@ class Stochastic(Node):
                 raise ValueError(f"{self.label()}: its vectors are partly observed (a per-coordinate "
                                  f"mask); their statistics depend on the parameters, so they are "
                                  f"only used as the data of its own factor, not as a parent's value")
-            if self.family.is_label and getattr(self.family, "K", None) is None:
+            if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
                 self._obs_moments = self.family.suff_stats(self.centred_value())
@@ -256,7 +256,7 @@ class Stochastic(Node):
     def moments(self):
         if self.observed:
             return self._observed_moments()
-        if self._moments is None and not self.point and getattr(self, "_factored", None) is not None:
+        if self._moments is None and not self.point and self._factored is not None:
             self._moments = (self._factored.p,)
         if self._moments is None:
             if self.nat is None:
@@ -271,7 +271,7 @@ class Stochastic(Node):
     # from their factored form on first read
     @property
     def nat(self):
-        if self._nat is None and getattr(self, "_factored", None) is not None:
+        if self._nat is None and self._factored is not None:
             self._nat = (self._factored.lam().reshape(self.plates + (-1,)),)
         return self._nat
 
@@ -301,9 +301,7 @@ class Stochastic(Node):
         """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
         Categorical (rebuilt on demand)."""
         self.factor.release()
-        drop = getattr(self.family, "release", None)
-        if drop is not None:
-            drop()   # a family's memo of the last q (MultivariateNormal's factorisation)
+        self.family.release()   # a family's memo of the last q (MultivariateNormal's factorisation)
         memo = self.__dict__.get("_gather_memo")
         if memo:
             memo.clear()
@@ -322,7 +320,7 @@ class Stochastic(Node):
     def entropy(self):
         """H[q] per plate entry (for a factored Categorical, log Z - <p, lam>, which
         needs no log of p)."""
-        q = getattr(self, "_factored", None)
+        q = self._factored
         if q is not None:
             return q.log_partition - np.einsum("nk,nk->n", self.moments()[0], self.nat[0])
         return self.family.entropy(self.nat)
@@ -332,9 +330,8 @@ class Stochastic(Node):
         if self.observed:
             raise AttributeError(f"{self.label()} is observed; it has data, not a posterior")
         if not self.fitted:
-            why = getattr(self, "unfitted_reason", None)
-            if why:
-                raise AttributeError(f"{self.label()} has no posterior: {why}")
+            if self.unfitted_reason:
+                raise AttributeError(f"{self.label()} has no posterior: {self.unfitted_reason}")
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
@@ -411,7 +408,7 @@ class Stochastic(Node):
         a class label, is missing informs no parameter: its parent has no value there)."""
         out = None
         for p in self.factor.parents:
-            if getattr(p, "observed", False) and p.stochastic and p.mask is not None:
+            if p.observed and p.stochastic and p.mask is not None:
                 m = np.asarray(p.mask, dtype=float)
                 out = m if out is None else out * m
         return out
@@ -434,7 +431,7 @@ class Stochastic(Node):
         reduced to ``parent.plates``, in the parent's T coordinates."""
         u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
-        q = getattr(self, "_factored", None)
+        q = self._factored
         if q is not None and not self.point:
             slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
@@ -478,7 +475,7 @@ class Stochastic(Node):
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
         if not self.observed and not self.point:
-            q = getattr(self, "_factored", None)   # a factored q: from scatters, without p
+            q = self._factored   # a factored q: from scatters, without p
             h = None if q is None else q.entropy_sum(w)
             total += _weighted_sum(self.entropy(), w, self.plates) if h is None else h
         return total

@@ -15,7 +15,7 @@ from ..predictive import student_t  # noqa: F401  (graph.predictive's names befo
 from .deterministic import Dot, Gather
 from .factors.gaussian import DiagonalGammaFactor, MultivariateNormalFactor
 from .inputs import check_count, check_seed
-from .base import Constant
+from .base import Constant, Node
 
 
 # ---------------------------------------------------------------------------------------
@@ -26,11 +26,11 @@ def parent_dist(p, dots=None):
     if isinstance(p, Constant):
         return ParentDist(p, "fixed", p.plates, family=p.provides, value=p.value)
     if p.deterministic:
-        if isinstance(p, Dot) and not hasattr(p.X, "moments"):
+        if isinstance(p, Dot) and not isinstance(p.X, Node):
             return dot_parent(dots.get(p, p.X), parent_dist(p.w, dots), node=None if p in dots else p)
         if isinstance(p, Gather):
             return parent_dist(p.source, dots).take(p.idx)
-        forward = getattr(p, "forward", None)
+        forward = p.forward
         if forward is None:
             raise TypeError(f"{p.label()}: a predictive through this deterministic node needs its "
                             f"forward(values) map; it has none")
@@ -39,16 +39,16 @@ def parent_dist(p, dots=None):
         def draw(S, rng, cache):
             return forward(*[s.draw(S, rng, cache) for s in srcs])
         return ParentDist(p, "derived", p.plates, draw=draw)
-    if getattr(p, "observed", False):
+    if p.observed:
         if p.value is None:
             raise ValueError(f"{p.label()} holds streamed data; a predictive needs its values in "
                              f"memory")
         return ParentDist(p, "fixed", p.plates, family=p.family, value=p.value, mask=p.mask)
-    if getattr(p, "point", False):
+    if p.point:
         return ParentDist(p, "fixed", p.plates, family=p.family, value=p.family.point_value(p.nat),
                           nat=tuple(np.asarray(a) for a in p.nat))
-    if not getattr(p, "fitted", False):
-        why = getattr(p, "unfitted_reason", None)
+    if not p.fitted:
+        why = p.unfitted_reason
         raise AttributeError(f"{p.label()} has no posterior{': ' + why if why else ' yet'}; fit the "
                              f"model (model.fit(...) or model.load(path)) before asking for "
                              f"predictions")
@@ -56,7 +56,7 @@ def parent_dist(p, dots=None):
 
 
 def _is_mixture(node):
-    return getattr(node, "factor", None) is not None and node.factor.selector() is not None
+    return node.factor is not None and node.factor.selector() is not None
 
 
 def _assignment_children(node):
@@ -83,7 +83,7 @@ def _resolve_inputs(node, inputs):
     named = {d.name: d for d in dot_parents}
     named.update({c.name: c for c in children})
     for key, v in inputs.items():
-        name = key if isinstance(key, str) else getattr(key, "name", key)
+        name = key if isinstance(key, str) else (key.name if isinstance(key, Node) else key)
         if name == node.name:
             values = v
         elif name in named and named[name] in dot_parents:
@@ -134,8 +134,8 @@ def _check_rows(node, values, what):
 
 def node_predictive(node, inputs=None, samples=2000, seed=0):
     """See :meth:`Stochastic.predictive`."""
-    factor = getattr(node, "factor", None)
-    if factor is None or getattr(node, "family", None) is None:
+    factor = node.factor
+    if factor is None or node.family is None:
         raise TypeError(f"{node.label()} has no predictive distribution")
     where = f"{node.label()}.predictive"
     ctx = Context(check_count(where, "samples", samples), check_seed(where, seed))
@@ -246,8 +246,8 @@ def _partial_rows(node):
     """(rows, x): ``rows`` a bool over the node's plates marking the observed entries with
     some but not all coordinates observed, ``x`` (n, D) their values, NaN where missing;
     None when there is no such entry."""
-    fam = getattr(node, "family", None)
-    if fam is None or fam.value_ndim != 1 or not getattr(node, "observed", False):
+    fam = node.family
+    if fam is None or fam.value_ndim != 1 or not node.observed:
         return None
     cells = node.cells()
     if cells is None:

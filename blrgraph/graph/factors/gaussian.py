@@ -127,7 +127,7 @@ def _mean_sums(mean, w, x1, target, plates):
     """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
     when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
     two latent vectors), else None (then the caller reads the parent's moments)."""
-    f = getattr(mean, "moment_sums", None)
+    f = mean.moment_sums
     return None if f is None else f(w, x1, target, plates)
 
 
@@ -232,7 +232,7 @@ class MultivariateNormalFactor(Conditional):
         """A latent vector without weights: sum_n <E eta, (E x_n, E x_n x_n^T)> - E[A] as
         two contractions over the entries (the prior's parameters are not broadcast to
         every entry, and no per-entry product of the (entries, D, D) moments is formed)."""
-        if x.value is not None or w is not None or getattr(x, "cells", None) is not None \
+        if x.value is not None or w is not None or x.cells is not None \
                 or _has_log_h(self.node.family):
             return super().weighted_loglik(x, u, w)
         from ..deterministic import _second_terms

@@ -119,8 +119,8 @@ class _GaussianLinkFactor(Conditional):
     link = "a"
 
     def _wrap(self, p, slot):
-        if isinstance(p, Node) and not isinstance(getattr(p, "provides", None), NormalFamily):
-            got = getattr(getattr(p, "provides", None), "name", "a node")
+        if isinstance(p, Node) and not isinstance(p.provides, NormalFamily):
+            got = p.provides.name if p.provides is not None else "a node"
             raise TypeError(f"{self.node.label()}: {self.link}= is {p.label()} ({got} moments); it "
                             f"must publish Normal moments per entry: a linear predictor bg.Dot(X, w) "
                             f"with w a MultivariateNormal, a Normal node, or an array")
