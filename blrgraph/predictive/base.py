@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.inputs import check_count, check_level, check_mask, check_seed, check_size, check_values
+from .checks import check_count, check_level, check_mask, check_seed, check_size, check_values
 
 
 LOG2PI = np.log(2.0 * np.pi)
@@ -69,7 +69,7 @@ class Predictive:
 
     def __init_subclass__(cls, **kw):
         """Every subclass's ``sample``, ``logpdf`` and ``interval`` check their arguments
-        where they enter (blrgraph.graph.inputs), naming the node and the argument."""
+        where they enter (blrgraph.predictive.checks), naming the node and the argument."""
         super().__init_subclass__(**kw)
         for name, wrap in (("sample", _checked_sample), ("logpdf", _checked_logpdf),
                            ("interval", _checked_interval)):
