@@ -99,6 +99,31 @@ def _ellipse(ax, mean, cov, color, n_sd=(1.0, 2.0)):
                              linestyle="-" if k == 0 else "--", zorder=2))
 
 
+def _cluster_panel(ax, X, i, j, label, conf, means, covariances, colors, D):
+    """One panel of :func:`plot_clusters`: columns i and j of the rows by cluster (rings on
+    the uncertain ones), the means and, given covariances (D > 1: the data's own columns), the
+    1- and 2-sd ellipses."""
+    K = len(colors)
+    ok = np.isfinite(X[:, i]) & np.isfinite(X[:, j])
+    for k in range(K):
+        sel = ok & (label == k)
+        if sel.any():
+            ax.scatter(X[sel, i], X[sel, j], s=14, color=colors[k],
+                       label=f"cluster {k}", edgecolors="none")
+            unsure = sel & (conf < 0.8)
+            if unsure.any():
+                ax.scatter(X[unsure, i], X[unsure, j], s=30, facecolors="none",
+                           edgecolors="0.3", linewidths=0.6)
+    if means is not None:
+        ax.scatter(means[:, i], means[:, j], marker="X", s=120, c=colors, edgecolors="black",
+                   linewidths=1.0, zorder=3)
+        if covariances is not None and D > 1:
+            C = np.asarray(covariances, dtype=float)
+            for k in range(K):
+                if np.all(np.isfinite(C[k][np.ix_([i, j], [i, j])])):
+                    _ellipse(ax, means[k, [i, j]], C[k][np.ix_([i, j], [i, j])], colors[k])
+
+
 def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs=6,
                   covariances=None):
     """Scatter of the rows of ``X`` (N, D; NaN = missing) coloured by their most
@@ -136,24 +161,7 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
     colors = [f"C{k % 10}" for k in range(K)]
     for p, (i, j) in enumerate(pairs):
         ax = fig.add_subplot(nrow, ncol, p + 1)
-        ok = np.isfinite(X[:, i]) & np.isfinite(X[:, j])
-        for k in range(K):
-            sel = ok & (label == k)
-            if sel.any():
-                ax.scatter(X[sel, i], X[sel, j], s=14, color=colors[k],
-                           label=f"cluster {k}", edgecolors="none")
-                unsure = sel & (conf < 0.8)
-                if unsure.any():
-                    ax.scatter(X[unsure, i], X[unsure, j], s=30, facecolors="none",
-                               edgecolors="0.3", linewidths=0.6)
-        if means is not None:
-            ax.scatter(means[:, i], means[:, j], marker="X", s=120, c=colors, edgecolors="black",
-                       linewidths=1.0, zorder=3)
-            if covariances is not None and D > 1:
-                C = np.asarray(covariances, dtype=float)
-                for k in range(K):
-                    if np.all(np.isfinite(C[k][np.ix_([i, j], [i, j])])):
-                        _ellipse(ax, means[k, [i, j]], C[k][np.ix_([i, j], [i, j])], colors[k])
+        _cluster_panel(ax, X, i, j, label, conf, means, covariances, colors, D)
         ax.set_xlabel(_wrap(columns[i], 90) if wide else columns[i], fontsize=8 if wide else None)
         ax.set_ylabel(_wrap(columns[j], 50) if wide else columns[j], fontsize=8 if wide else None)
         ax.grid(alpha=0.3)

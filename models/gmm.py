@@ -213,7 +213,7 @@ def _log_joint(model, X_new):
 def _predictive(model, n_rows):
     """The posterior predictive of a new row (engine objects, graph/predictive.py): the
     mixture of the components' Student-t predictives weighted by E[w_k]."""
-    from blrgraph.graph.predictive import MixturePredictive, MultivariateT, student_t
+    from blrgraph.predictive import MixturePredictive, MultivariateT, student_t
     comp = components(model)
     K = len(comp["weight"])
     w = np.broadcast_to(comp["weight"], (n_rows, K))
@@ -239,7 +239,7 @@ def impute(fit, X_new):
         obs = np.isfinite(X)
         mean, var = np.where(obs, X, cond.mean), np.where(obs, 0.0, cond.var)
     else:
-        from blrgraph.graph.predictive import MixturePredictive
+        from blrgraph.predictive import MixturePredictive
         cond = MixturePredictive(np.broadcast_to(r[:, None, :], pred.weights.shape), pred.components,
                                  pred.plates)
         obs = np.isfinite(X)

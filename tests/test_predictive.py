@@ -538,7 +538,7 @@ def test_a_fixed_parent_and_its_gather_draw_their_own_entries_in_one_predictive(
     """A fixed parent (data or a point mass) and its gather node[idx] keep the same node
     (for its shift) but hold different entries: drawn in one predictive (one cache) each
     gives its own values (the gather used to get the source's draws back)."""
-    from blrgraph.graph.predictive import ParentDist
+    from blrgraph.predictive import ParentDist
     node = object()
     src = ParentDist(node, "fixed", (3,), value=np.array([1.0, 2.0, 3.0]))
     gathered = src.take(np.array([2, 2, 0, 1]))

@@ -45,6 +45,12 @@ class ExponentialFamily:
     symmetric_stats: tuple = ()
     #: False when T(x) is sparse (one-hot): data are then never expanded to T(x) rows
     dense_stats = True
+    #: the indices of T = (x, x x^T) when the family says so (graph/suffstats.py then builds
+    #: them from x without the D x D outer products; None: it does not)
+    value_outer_stats = None
+    #: ``shared_covariance(nat)``: the covariance shared by every entry, where a family can
+    #: tell (MultivariateNormal); None: not declared
+    shared_covariance = None
 
     # ---- value facts (what data of this family look like; graph/data.py asks) ----------
     #: False for a family whose values cannot be data (a joint (mu, precision) pair:
@@ -57,6 +63,12 @@ class ExponentialFamily:
     #: with a message of its own (graph/inputs.py). (Whether natural parameters hold a
     #: positive-definite precision is the method :meth:`precision_is_pd`.)
     symmetric_values = False
+    #: True when a vector's coordinates may be missing one by one (a mask of the data's
+    #: shape; MultivariateNormal)
+    cell_masks = False
+    #: the number of categories of a label family (None: not fixed by the family; the
+    #: factor's ``n_categories()`` tells)
+    K = None
     #: True when values are counts or labels (a probability mass function, not a density)
     discrete = False
     #: True when every real natural parameter is valid (logits, log-rates): a checkpoint's
@@ -91,6 +103,9 @@ class ExponentialFamily:
     #: True for the families that take a location shift (Normal, MultivariateNormal,
     #: NormalGamma, NormalWishart)
     locational = False
+
+    def release(self):
+        """Drop a memo of the last q (MultivariateNormal's factorisation); default: none."""
 
     # ---- location shift (identity for families without one) -----------------
     def with_shift(self, shift):

@@ -44,8 +44,7 @@ CENTRE_IF = 4.0
 
 
 def _locational(node):
-    fam = getattr(node, "provides", None)
-    return bool(getattr(fam, "locational", False))
+    return node.provides is not None and node.provides.locational
 
 
 def _location_parents(node):
@@ -196,7 +195,7 @@ def _k_axes(members, edges, anchor, consts):
 def _dask(node):
     """Are the node's data a dask array (docs/scaling.md)? Its partitions are then centred
     with the c of all its rows, computed on the cluster when the model is built."""
-    return node.value is None and getattr(getattr(node, "source", None), "dask", False)
+    return node.value is None and node.source is not None and node.source.dask
 
 
 def _data_size(node):
@@ -249,7 +248,7 @@ def _data_shift(node, k):
 
 
 def _is_chain(node):
-    return isinstance(getattr(node, "factor", None), GaussianChainFactor)
+    return isinstance(node.factor, GaussianChainFactor)
 
 
 def _chain_fixed(members, c):
@@ -284,31 +283,40 @@ def _same(a, b):
     return np.shape(a) == np.shape(b) and np.array_equal(a, b)
 
 
+def _group_shift(members, edges, pinned, consts):
+    """(c, flag) of one location group: its shift c and the members whose shift carries the
+    component axis; None when the group keeps its own shift (a prior alone)."""
+    data = [n for n in members if n.stochastic and n.observed and
+            (n.value is not None or _dask(n))]
+    c, flag = None, {}
+    if data and not pinned:
+        anchor = max(data, key=lambda n: (_data_size(n), -n.id))
+        flag, k = _k_axes(members, edges, anchor, consts)
+        c = _data_shift(anchor, k)
+    elif not pinned and len(members) == 1 and \
+            isinstance(members[0].factor, FixedPrior):
+        return None    # a prior alone keeps its own mean as c (FixedPrior)
+    elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
+        own = [n.family.shift for n in members if n.stochastic and
+               isinstance(n.factor, FixedPrior) and n.family.shift is not None]
+        # or a constant in a location slot (a prior N(m0, P0) given as arrays, a
+        # chain's mean0): the group's nodes then sit near it
+        own += [const.value for const, child, mix in consts if not mix]
+        if own and np.ndim(own[0]) <= (1 if _is_vector(members) else 0):
+            c = own[0]
+    return _chain_fixed(members, c), flag
+
+
 def centre_model(model):
     """Give every location group of ``model`` its shift (see the module docstring).
     Latent members that have no fitted posterior restart at their prior; a fitted
     posterior is carried over to the new coordinates (through its parameters)."""
     changed = []
     for members, edges, pinned, consts in location_groups(model):
-        data = [n for n in members if n.stochastic and n.observed and
-                (n.value is not None or _dask(n))]
-        c, flag = None, {}
-        if data and not pinned:
-            anchor = max(data, key=lambda n: (_data_size(n), -n.id))
-            flag, k = _k_axes(members, edges, anchor, consts)
-            c = _data_shift(anchor, k)
-        elif not pinned and len(members) == 1 and \
-                isinstance(getattr(members[0], "factor", None), FixedPrior):
+        shift = _group_shift(members, edges, pinned, consts)
+        if shift is None:
             continue       # a prior alone keeps its own mean as c (FixedPrior)
-        elif not pinned:   # no data: a prior's own mean, when its shift needs no alignment
-            own = [n.family.shift for n in members if n.stochastic and
-                   isinstance(n.factor, FixedPrior) and n.family.shift is not None]
-            # or a constant in a location slot (a prior N(m0, P0) given as arrays, a
-            # chain's mean0): the group's nodes then sit near it
-            own += [const.value for const, child, mix in consts if not mix]
-            if own and np.ndim(own[0]) <= (1 if _is_vector(members) else 0):
-                c = own[0]
-        c = _chain_fixed(members, c)
+        c, flag = shift
         vector = _is_vector(members)
         for n in members:
             if _boundary(n):

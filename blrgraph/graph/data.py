@@ -5,15 +5,30 @@ masked entries are kept (their slots hold a placeholder) and contribute nothing.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from .inputs import real_numbers
 from .plates import broadcast_plates
 
 
+def real_numbers(arr):
+    """True when ``arr`` holds real numbers (an object array of Python ints too: integers
+    too large for a float are refused elsewhere, by size)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind in "biuf":
+        return True
+    return arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.ravel())
+
+
+def numpy_of(data):
+    """A pandas Series / DataFrame as its numpy array (without importing pandas); anything
+    else as it is."""
+    return data.to_numpy() if hasattr(data, "to_numpy") else data
+
+
 def _as_array(node, data):
-    if hasattr(data, "to_numpy"):  # pandas Series / DataFrame without importing pandas
-        data = data.to_numpy()
+    data = numpy_of(data)
     try:
         arr = np.asarray(data, dtype=float)
     except (TypeError, ValueError):
@@ -29,7 +44,7 @@ def _support(node, x, m):
     The family declares its support (``check_support``; docs/dev/architecture.md, "Value
     facts"); x holds every entry (masked ones hold a placeholder), m is the mask or None."""
     fam = node.family
-    components = getattr(node.factor, "component", None) is not None
+    components = node.factor.component is not None
     categories = node.factor.n_categories() if fam.is_label else None
     bad, what = fam.check_support(x, components=components, categories=categories)
     bad = np.broadcast_to(np.asarray(bad, dtype=bool), np.shape(x)[: np.ndim(x) - fam.value_ndim])
@@ -52,7 +67,7 @@ def _event_shape(node):
         k = list(node.family.event_ndims).index(vnd)
         nat = node.nat
         if nat is None:  # a Mixture defers its prior: ask the component
-            comp = getattr(node.factor, "component", None)
+            comp = node.factor.component
             if comp is None:
                 return None
             nat = comp.prior_natural([p.moments() for p in node.factor.parents[1:]])
@@ -80,12 +95,9 @@ def _observe_cells(node, x, cells, weights):
     return value, m2, w
 
 
-def prepare_observation(node, data, mask, weights):
-    """Validate and return (value, mask or None, weights or None) for ``node.observe``."""
-    if not node.family.observable:
-        raise ValueError(f"{node.label()}: a joint (mu, precision) node cannot be observed; "
-                         f"observe its child instead")
-    x = _as_array(node, data)
+def _data_plates(node, x):
+    """The plates of data ``x`` for ``node``: its values' shape checked against the node's
+    parameters, its plates against the node's."""
     vnd = node.family.value_ndim
     if x.ndim < vnd:
         raise ValueError(f"{node.label()}: data must have at least {vnd} axes (the value's own), "
@@ -104,33 +116,71 @@ def prepare_observation(node, data, mask, weights):
     if full != dplates:
         raise ValueError(f"{node.label()}: data of shape {x.shape} has plates {dplates} but the node "
                          f"has plates {node.plates}; give one value per plate entry")
-    node.factor.check_data_plates(dplates)
-    node.plates = dplates
-    finite = np.isfinite(x)
-    if vnd:
-        finite = finite.reshape(dplates + (-1,)).all(axis=-1)
+    return dplates
+
+
+def _entry_mask(node, mask, finite, dplates):
+    """``mask`` as a bool array of the data plates (None: no mask; then every entry must be
+    finite); an entry marked observed must be finite."""
     if mask is None:
         if not np.all(finite):
             bad = np.argwhere(~finite)
             raise ValueError(f"{node.label()}: data has {len(bad)} NaN/inf entries (first at "
                              f"{tuple(int(i) for i in bad[0])}); mark missing values with "
                              f"observe(data, mask=~np.isnan(data)) -- they are then left out, not dropped")
-        m = None
-    else:
-        m = np.asarray(mask)
-        if m.dtype != bool:
-            raise TypeError(f"{node.label()}: mask must be a boolean array (True = observed), got {m.dtype}")
-        if vnd == 1 and getattr(node.family, "cell_masks", False) and m.shape == x.shape:
-            return _observe_cells(node, x, m, weights)
-        try:
-            m = np.broadcast_to(m, dplates).copy()
-        except ValueError:
-            raise ValueError(f"{node.label()}: mask of shape {m.shape} does not match the data plates "
-                             f"{dplates}") from None
-        if np.any(m & ~finite):
-            bad = np.argwhere(m & ~finite)[0]
-            raise ValueError(f"{node.label()}: entry {tuple(int(i) for i in bad)} is marked observed "
-                             f"but is NaN/inf; set mask False there")
+        return None
+    try:
+        m = np.broadcast_to(mask, dplates).copy()
+    except ValueError:
+        raise ValueError(f"{node.label()}: mask of shape {mask.shape} does not match the data plates "
+                         f"{dplates}") from None
+    if np.any(m & ~finite):
+        bad = np.argwhere(m & ~finite)[0]
+        raise ValueError(f"{node.label()}: entry {tuple(int(i) for i in bad)} is marked observed "
+                         f"but is NaN/inf; set mask False there")
+    return m
+
+
+def _weights(node, weights, dplates):
+    """``observe(weights=...)``: counts of identical observations, finite and >= 0, one per
+    data entry (None: none)."""
+    if weights is None:
+        return None
+    if not real_numbers(weights):
+        raise TypeError(f"{node.label()}: weights must be numbers (counts of identical "
+                        f"observations), got {str(weights)[:60]!r}")
+    w = np.asarray(weights, dtype=float)
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"{node.label()}: weights must be finite and >= 0 (counts of identical "
+                         f"observations)")
+    try:
+        return np.broadcast_to(w, dplates).copy()
+    except ValueError:
+        raise ValueError(f"{node.label()}: weights of shape {w.shape} do not match the data "
+                         f"plates {dplates}") from None
+
+
+def prepare_observation(node, data, mask, weights):
+    """Validate and return (value, mask or None, weights or None) for ``node.observe``."""
+    if not node.family.observable:
+        raise ValueError(f"{node.label()}: a joint (mu, precision) node cannot be observed; "
+                         f"observe its child instead")
+    x = _as_array(node, data)
+    vnd = node.family.value_ndim
+    dplates = _data_plates(node, x)
+    node.factor.check_data_plates(dplates)
+    node.plates = dplates
+    finite = np.isfinite(x)
+    if vnd:
+        finite = finite.reshape(dplates + (-1,)).all(axis=-1)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise TypeError(f"{node.label()}: mask must be a boolean array (True = observed), got "
+                            f"{mask.dtype}")
+        if vnd == 1 and node.family.cell_masks and mask.shape == x.shape:
+            return _observe_cells(node, x, mask, weights)
+    m = _entry_mask(node, mask, finite, dplates)
     if m is not None and not np.all(m):
         x = x.copy()
         x[~m] = node.family.placeholder(x.shape[x.ndim - vnd:])
@@ -139,20 +189,7 @@ def prepare_observation(node, data, mask, weights):
         raise ValueError(f"{node.label()}: data must be {msg}")
     if m is not None:
         m = None if np.all(m) else m.astype(float)   # None: everything observed
-    w = None
-    if weights is not None:
-        if not real_numbers(weights):
-            raise TypeError(f"{node.label()}: weights must be numbers (counts of identical "
-                            f"observations), got {str(weights)[:60]!r}")
-        w = np.asarray(weights, dtype=float)
-        if not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise ValueError(f"{node.label()}: weights must be finite and >= 0 (counts of identical "
-                             f"observations)")
-        try:
-            w = np.broadcast_to(w, dplates).copy()
-        except ValueError:
-            raise ValueError(f"{node.label()}: weights of shape {w.shape} do not match the data "
-                             f"plates {dplates}") from None
+    w = _weights(node, weights, dplates)
     if node.family.is_label:
         x = x.astype(np.intp)
     return x, m, w

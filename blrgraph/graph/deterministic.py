@@ -1,4 +1,5 @@
-"""Deterministic nodes: gathers (``node[idx]``), inner products (``Dot``) and sums (``Add``).
+"""Deterministic nodes: inner products (``Dot``) and sums (``Add``). Gates are in
+``graph/gate.py``; the gather ``node[idx]`` (``Gather``) and the base class in ``graph/base.py``.
 
 A deterministic node publishes moments computed from its parent's moments and
 maps messages back (the adjoint): a gather scatters them with one sparse
@@ -10,69 +11,11 @@ import numpy as np
 
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
-from .node import Constant, Node
-from .plates import Scatter, broadcast_plates, wsum
+from .base import Constant, Deterministic, Gather, Node, _stochastic_sources  # noqa: F401 (Gather)
+from .data import numpy_of
+from .gate import Gate  # noqa: F401 (read from here too)
+from .plates import broadcast_plates, wsum
 
-
-class Deterministic(Node):
-    deterministic = True
-
-    def backward(self, msg, parent):
-        raise NotImplementedError
-
-
-class Gather(Deterministic):
-    """``source[idx]``: entries of the source's first plate axis picked by an integer array."""
-
-    def __init__(self, source, idx, name=None):
-        if isinstance(idx, tuple) or isinstance(idx, slice):
-            raise TypeError(f"{source.label()}[...]: index with one integer array "
-                            f"(e.g. theta[doc_ids]), not {idx!r}")
-        idx = np.asarray(idx)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"{source.label()}[idx]: idx must be an integer array, got dtype {idx.dtype}")
-        if not source.plates:
-            raise ValueError(f"{source.label()}[idx]: the node has no plates to gather from")
-        n = source.plates[0]
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ValueError(f"{source.label()}[idx]: indices must lie in 0..{n - 1}, "
-                             f"got range {idx.min()}..{idx.max()}")
-        super().__init__(name or f"{source.name}[idx]", idx.shape + source.plates[1:])
-        self.idx = idx
-        self.source = source
-        self.provides = source.provides
-        self.parents = [source]
-        source._add_child(self)
-        self._scatter = Scatter(idx, n)
-
-    def moments(self):
-        """The source's moments at the gathered entries. Kept until the source's
-        moments change (they are replaced, never modified in place), so the several
-        readers in one sweep (prior, ELBO) share one gather of entries x K."""
-        src = self.source.moments()
-        cached = getattr(self, "_cache", None)
-        if cached is not None and cached[0] is src and cached[1] is self.idx:
-            return cached[2]
-        out = tuple(np.take(np.broadcast_to(m, self.source.plates + np.shape(m)[np.ndim(m) - k:]),
-                            self.idx, axis=0)
-                    for m, k in zip(src, self.provides.event_ndims))
-        self._cache = (src, self.idx, out)
-        return out
-
-    def restrict(self, rows, cut, source_rows=None):
-        state = super().restrict(rows, cut)
-        state.update(idx=self.idx, _scatter=self._scatter)
-        self.idx = source_rows
-        self._scatter = Scatter(self.idx, self.source.plates[0])  # the source is restricted first
-        return state
-
-    def backward(self, msg, parent):
-        if len(msg) == 1 and hasattr(msg[0], "scatter") and self.idx.ndim == 1:
-            out = msg[0].scatter(self.idx, self.source.plates[0])  # factored: no entries x K
-            if out is not None:
-                return (out,)
-        return tuple(self._scatter(np.broadcast_to(m, self.plates + np.shape(m)[len(self.plates):]),
-                                   self.idx.ndim) for m in msg)
 
 
 class Dot(Deterministic):
@@ -103,10 +46,10 @@ class Dot(Deterministic):
             raise TypeError("Dot(X, w): give at least one node (a MultivariateNormal node, or a "
                             "node publishing its moments such as a gather of one); both are arrays")
         for v in ((X, w) if a_node else (w,)):
-            if not isinstance(getattr(v, "provides", None), MVNFamily):
+            if not isinstance(v.provides, MVNFamily):
                 raise TypeError(f"Dot(X, w): the operand {v.label()} must be a MultivariateNormal "
                                 f"node (vector moments E[v], E[v v^T]); got "
-                                f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
+                                f"{v.provides.name if v.provides is not None else 'no moments'}")
         D = np.shape(w.moments()[0])[-1]
         if a_node:
             if X is w:
@@ -131,7 +74,7 @@ class Dot(Deterministic):
             self.X = None      # no design matrix: both operands are nodes
             self.operands = [X, w]
         else:
-            raw = X.to_numpy() if hasattr(X, "to_numpy") else X
+            raw = numpy_of(X)
             if np.asarray(raw).dtype.kind not in "biuf":
                 raise TypeError(f"Dot(X, {w.name}): X must be an array of numbers (shape (..., D)), "
                                 f"got {np.asarray(raw).dtype} values; encode text columns first "
@@ -161,7 +104,7 @@ class Dot(Deterministic):
 
     def moments(self):
         srcs = tuple(p.moments() for p in self.operands)
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
         if cached is not None and all(a is b for a, b in zip(cached[0], srcs)) \
                 and cached[1] is self.X:
             return cached[2]
@@ -283,9 +226,9 @@ class Dot(Deterministic):
         if self.X is not None:
             return
         for p in sorted(self.operands, key=lambda n: n.id):
-            if getattr(p, "_start", None) is not None:
+            if p._start is not None:
                 continue   # a given start (``node.start_from``)
-            if not isinstance(getattr(p, "family", None), MVNFamily):
+            if not isinstance(p.family, MVNFamily):
                 continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
@@ -293,7 +236,7 @@ class Dot(Deterministic):
 
 def _shift(node):
     """A node's location shift (graph/centring.py), None without one."""
-    return getattr(getattr(node, "provides", None), "shift", None)
+    return None if node.provides is None else node.provides.shift
 
 
 def _vector_parts(node):
@@ -301,8 +244,8 @@ def _vector_parts(node):
     q's precision where there is one (E[v v^T] - E[v] E[v]^T would lose it when v is far
     from zero), else from the moments (centred when c is set)."""
     m, mm = node.moments()
-    fam = getattr(node, "family", None)
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    fam = node.family
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None and isinstance(fam, MVNFamily):
         return m, fam.cov(node.nat)
     return m, mm - m[..., :, None] * m[..., None, :]
@@ -314,14 +257,14 @@ def _scalar_parts(node):
     its digits when v is far from zero."""
     if isinstance(node, Constant):
         return node.value, 0.0, 0.0
-    parts = getattr(node, "parts", None)
+    parts = node.parts
     if parts is not None and (not isinstance(node, Dot) or node.X is not None):
         return parts()
     m1, m2 = node.moments()
     c = _shift(node)
     c = 0.0 if c is None else c
-    fam = getattr(node, "family", None)
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    fam = node.family
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None and isinstance(fam, NormalFamily):
         return c, m1, fam.var(node.nat)    # (E[v^2] - E[v]^2 would lose it far from zero)
     return c, m1, m2 - m1 * m1
@@ -341,12 +284,12 @@ def _factorises(c, plates):
 def _first_moment(node):
     """E[v] of an operand without its second moments where it can: a ``Dot``'s mean alone,
     a latent q with a shared covariance its mean (no (entries, D, D) stack)."""
-    f = getattr(node, "first_moment", None)
+    f = node.first_moment
     if f is not None:
         return f()
-    if getattr(node, "stochastic", False) and not node.observed and not node.point \
+    if node.stochastic and not node.observed and not node.point \
             and node.nat is not None:
-        g = getattr(node.family, "shared_covariance", None)
+        g = node.family.shared_covariance
         parts = None if g is None else g(node.nat)
         if parts is not None:
             return parts[0]
@@ -361,9 +304,9 @@ def _second_terms(node, shared=True):
     so the (entries, D, D) stack is never built; otherwise (or ``shared=False``) the
     per-entry array [((E[v v^T],), ("AB",))]."""
     parts = None
-    if shared and getattr(node, "stochastic", False) and not node.observed and not node.point \
+    if shared and node.stochastic and not node.observed and not node.point \
             and node.nat is not None:
-        f = getattr(node.family, "shared_covariance", None)
+        f = node.family.shared_covariance
         parts = None if f is None else f(node.nat)
     if parts is None:
         m, S = node.moments()
@@ -381,16 +324,6 @@ def _random_mean(node, rng):
     return (np.einsum("...ij,...j->...i", P, x), np.asarray(lam2))
 
 
-def _stochastic_sources(node):
-    """The stochastic nodes a node's value depends on through deterministic nodes only."""
-    if not node.deterministic:
-        return {node}
-    out = set()
-    for p in node.parents:
-        out |= _stochastic_sources(p)
-    return out
-
-
 class Add(Deterministic):
     """s = a + b of scalar Gaussian quantities: each a node publishing Normal moments
     (a Normal node, a ``Dot``, another ``Add``) or an array; at least one a node.
@@ -404,10 +337,10 @@ class Add(Deterministic):
         ops = []
         for v in (a, b):
             if isinstance(v, Node):
-                if not isinstance(getattr(v, "provides", None), NormalFamily):
+                if not isinstance(v.provides, NormalFamily):
                     raise TypeError(f"Add(a, b): {v.label()} must publish Normal moments (a Normal "
                                     f"node, bg.Dot or bg.Add), got "
-                                    f"{getattr(getattr(v, 'provides', None), 'name', 'no moments')}")
+                                    f"{v.provides.name if v.provides is not None else 'no moments'}")
                 ops.append(v)
             else:
                 try:
@@ -479,7 +412,7 @@ class Add(Deterministic):
         kw = dict(target_plates=target_plates, full_plates=full)
 
         def own(op, yy, sec):
-            f = getattr(op, "moment_sums", None)
+            f = op.moment_sums
             return None if f is None else f(coef, yy, target_plates, full, second=sec)
 
         got = [own(op, y, second) for op in self.operands]
@@ -519,146 +452,3 @@ class Add(Deterministic):
                  np.asarray(c2, dtype=float) if same else wsum(c2, **kw))
             total = m if total is None else tuple(x + y for x, y in zip(total, m))
         return total
-
-
-def _gate_selectors(node):
-    """The selectors z of the gates a node's value depends on through deterministic nodes."""
-    if not node.deterministic:
-        return set()
-    out = {node.z} if isinstance(node, Gate) else set()
-    for p in node.parents:
-        out |= _gate_selectors(p)
-    return out
-
-
-class Gate(Deterministic):
-    """x = node[z]: a latent Categorical z selects one of the K entries of ``node`` along its
-    plate axis ``axis`` (BayesPy's Gate; ``axis`` is its ``cluster_plate``, default the last).
-
-    ``node`` is any node (stochastic or deterministic, even another Gate: nested mixtures)
-    whose plates have the K components at ``axis``; the gate's plates are the node's
-    without that axis, broadcast with z's plates. A conjugate child's expected
-    log-likelihood is linear in each parent's moments, so with responsibilities r = E[z]
-
-        E_z E[log p(child | node_z)] = sum_k r_k E[log p(child | node_k)]
-
-    is the child's term at the averaged moments u = sum_k r_k E[T(node_k)], which the gate
-    publishes. The child's message c maps back by the chain rule: to node_k as r_k c, to z
-    as <c, E[T(node_k)]> per k (docs/latent_products.md). The child's other parents must
-    not depend on z (two parents gated by the same z are not linear in r)."""
-
-    def __init__(self, z, node, axis=-1, name=None):
-        from ..families.categorical import Categorical as CategoricalFamily
-        if not isinstance(z, Node) or not isinstance(getattr(z, "provides", None), CategoricalFamily):
-            raise TypeError(f"Gate(z, node): z must be a Categorical node, got {z!r}")
-        if not isinstance(node, Node) or getattr(node, "provides", None) is None:
-            raise TypeError(f"Gate({z.name}, node): node must be a node with moments, got {node!r}")
-        if not node.plates:
-            raise ValueError(f"Gate({z.name}, {node.name}): the node has no plates; its plate "
-                             f"axis {axis} must hold the K components")
-        nd = len(node.plates)
-        if not -nd <= axis < nd:
-            raise ValueError(f"Gate({z.name}, {node.name}): axis={axis} is not a plate axis of "
-                             f"plates {node.plates}")
-        self.axis = axis % nd
-        K = node.plates[self.axis]
-        Kz = np.shape(z.moments()[0])[-1]
-        if Kz != K:
-            raise ValueError(f"Gate({z.name}, {node.name}): z has {Kz} categories but the node's "
-                             f"plate axis {axis} has {K} components")
-        if z in _stochastic_sources(node) or z in _gate_selectors(node):
-            raise ValueError(f"Gate({z.name}, {node.name}): the node depends on z itself")
-        rest = node.plates[:self.axis] + node.plates[self.axis + 1:]
-        try:
-            plates = broadcast_plates(z.plates, rest)
-        except ValueError:
-            raise ValueError(f"Gate({z.name}, {node.name}): z's plates {z.plates} do not broadcast "
-                             f"with the node's plates without the component axis, {rest}") from None
-        super().__init__(name or f"gate({z.name},{node.name})", plates)
-        self.z, self.node, self.K = z, node, K
-        self.provides = node.provides
-        self.parents = [z, node]
-        z._add_child(self)
-        node._add_child(self)
-
-    def aligned_plates(self, parent):
-        return tuple(self.rest) if parent is self.node else tuple(parent.plates)
-
-    @property
-    def rest(self):
-        """The node's plates without the component axis (read each time: a minibatch
-        or an active-rows view restricts the node's plates)."""
-        return self.node.plates[:self.axis] + self.node.plates[self.axis + 1:]
-
-    def _add_child(self, child):
-        others = [p for p in getattr(child, "parents", []) if p is not self]
-        if any(self.z in _stochastic_sources(p) | _gate_selectors(p) for p in others):
-            raise ValueError(f"{child.label()}: two of its parents depend on the selector "
-                             f"{self.z.label()} (gates on the same z); the expected "
-                             f"log-likelihood is then not linear in z's probabilities. Gate the "
-                             f"parameters as one node (e.g. a NormalWishart or NormalGamma) or use "
-                             f"Mixture(z, ...)")
-        super()._add_child(child)
-
-    def _components(self):
-        """The node's moments with the K axis moved last: rest plates + event + (K,)."""
-        ev = self.provides.event_ndims
-        out = []
-        for m, k in zip(self.node.moments(), ev):
-            m = np.broadcast_to(m, self.node.plates + np.shape(m)[np.ndim(m) - k:])
-            out.append(np.moveaxis(m, self.axis, -1))
-        return out
-
-    def _r(self, k):
-        r = np.asarray(self.z.moments()[0], dtype=float)
-        return r.reshape(r.shape[:-1] + (1,) * k + (self.K,))
-
-    def moments(self):
-        srcs = (self.z.moments(), self.node.moments())
-        cached = getattr(self, "_cache", None)
-        if cached is not None and cached[0][0] is srcs[0] and cached[0][1] is srcs[1]:
-            return cached[1]
-        out = []
-        for mk, k in zip(self._components(), self.provides.event_ndims):
-            v = np.sum(mk * self._r(k), axis=-1)
-            out.append(np.broadcast_to(v, self.plates + v.shape[v.ndim - k:]))
-        out = tuple(out)
-        self._cache = (srcs, out)
-        return out
-
-    def backward(self, msg, parent):
-        from .plates import reduce_to
-        ev = self.provides.event_ndims
-        if parent is self.z:
-            total = 0.0
-            for c, mk, k in zip(msg, self._components(), ev):
-                c = np.asarray(c, dtype=float)[..., None]          # plates + event + (1,)
-                prod = c * mk
-                total = total + np.sum(prod, axis=tuple(range(prod.ndim - 1 - k, prod.ndim - 1)))
-            total = np.broadcast_to(total, broadcast_plates(np.shape(total)[:-1], self.plates)
-                                    + (self.K,))
-            return (reduce_to(total, 1, self.z.plates),)
-        out = []
-        for c, k in zip(msg, ev):
-            term = np.asarray(c, dtype=float)[..., None] * self._r(k)   # plates + event + (K,)
-            term = np.broadcast_to(term, broadcast_plates(term.shape[:term.ndim - k - 1], self.plates)
-                                   + term.shape[term.ndim - k - 1:])
-            red = reduce_to(term, k + 1, self.rest)                      # rest + event + (K,)
-            out.append(np.moveaxis(red, -1, self.axis))
-        return tuple(out)
-
-    def entries_reached_in(self, parent):
-        """The selector's entries of the observed gated rows (a masked row's z then
-        integrates out, as in a Mixture); every component of the node when any row is."""
-        from .node import reduce_seen
-        seen = self.reached_entries()
-        if seen is None:
-            return None
-        if parent is self.z:
-            return reduce_seen(np.broadcast_to(seen, self.plates), self.z.plates)
-        return np.full(parent.plates, bool(seen.any()))
-
-    def selector(self):
-        """z: the fit treats it as a mixture assignment (started at random
-        responsibilities, or ``init=``; updated with the local block)."""
-        return self.z

@@ -11,6 +11,9 @@ import re
 
 import numpy as np
 
+from ..predictive.checks import (check_count, check_level, check_mask, check_seed,  # noqa: F401
+                                check_size, check_values)
+from .data import _event_shape, numpy_of, prepare_observation, real_numbers  # noqa: F401 (real_numbers)
 from .plates import broadcast_plates
 
 _MAX_PLATE = np.iinfo(np.intp).max
@@ -48,8 +51,7 @@ def _short_int(v):
 
 def _as_float(node, what, value):
     """``value`` as a float array; complex numbers and integers beyond float64 are refused."""
-    if hasattr(value, "to_numpy"):  # pandas Series / DataFrame without importing pandas
-        value = value.to_numpy()
+    value = numpy_of(value)
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError):
@@ -121,7 +123,6 @@ def _check_symmetric(node, x, mask, dplates):
 
 def check_stream_shape(node, shape):
     """A streamed source of ``shape`` (rows first) must fit the node as in-memory data would."""
-    from .data import _event_shape
     vnd = node.family.value_ndim
     shape = tuple(int(s) for s in shape)
     if not isinstance(vnd, int) or len(shape) < max(vnd, 1):
@@ -140,15 +141,6 @@ def check_stream_shape(node, shape):
         raise ValueError(f"{node.label()}: streamed data of shape {shape} has plates {dplates} but "
                          f"the node has plates {node.plates}; give one value per plate entry")
     return dplates
-
-
-def real_numbers(arr):
-    """True when ``arr`` holds real numbers (an object array of Python ints too: integers
-    too large for a float are refused elsewhere, by size)."""
-    arr = np.asarray(arr)
-    if arr.dtype.kind in "biuf":
-        return True
-    return arr.dtype.kind == "O" and all(isinstance(v, numbers.Real) for v in arr.ravel())
 
 
 def check_trials(family, name, n):
@@ -177,7 +169,6 @@ _ENTRY = re.compile(r"(first at |entry )\((\d+)((?:, \d+)*,?)\)")
 def check_batch(node, rows):
     """Rows ``rows`` of ``node``'s streamed source, validated as ``observe`` validates
     in-memory data; a refusal names the node and the source's (global) row number."""
-    from .data import prepare_observation
     rows = np.asarray(rows)
     try:
         x = node.source.read(rows)
@@ -195,7 +186,7 @@ def check_batch(node, rows):
         raise ValueError(f"{node.label()}: the streamed rows have shape {x.shape[1:]}, not "
                          f"{node.source.shape[1:]}")
     w = None
-    if getattr(node.source, "weights", None) is not None:   # counts alongside dask rows
+    if node.source.weights is not None:   # counts alongside dask rows
         w = node.source.read_weights(rows)
     try:
         return prepare_observation(node, x, None, w)
@@ -204,109 +195,3 @@ def check_batch(node, rows):
                              str(e))
         raise ValueError(msg + (" (the first index is the row of the streamed data)" if n else "")) \
             from None
-
-
-# ---- arguments of sample / interval / logpdf / predictive ---------------------------------
-def _whole(v, floats=False):
-    """An integer (not a bool); with ``floats``, a float that is a whole number too."""
-    if isinstance(v, (bool, np.bool_)):
-        return False
-    if isinstance(v, (numbers.Integral, np.integer)):
-        return True
-    return floats and isinstance(v, (float, np.floating)) and float(v).is_integer()
-
-
-def check_size(where, size):
-    """``sample(size)``: None, a whole number >= 0 or a tuple of them."""
-    dims = size if isinstance(size, (tuple, list)) else (size,)
-    if size is None:
-        return None
-    for s in dims:
-        if not _whole(s, floats=True):
-            raise TypeError(f"{where}: size={_short(size)} must be a whole number of draws (or a "
-                            f"tuple of them), e.g. size=1000")
-        if s < 0:
-            raise ValueError(f"{where}: size={_short(size)} must be >= 0 (the number of draws)")
-    return tuple(int(s) for s in size) if isinstance(size, (tuple, list)) else int(size)
-
-
-def check_seed(where, seed):
-    """``seed=``: None, an integer >= 0 or a numpy Generator / SeedSequence."""
-    if seed is None or isinstance(seed, (np.random.Generator, np.random.SeedSequence)):
-        return seed
-    if not _whole(seed):
-        raise TypeError(f"{where}: seed={_short(seed)} must be an integer >= 0 or a "
-                        f"numpy.random.Generator")
-    if seed < 0:
-        raise ValueError(f"{where}: seed={seed} must be >= 0")
-    return int(seed)
-
-
-def check_count(where, name, value, low=1):
-    """A whole number >= ``low`` (``samples=``)."""
-    if not _whole(value, floats=True):
-        raise TypeError(f"{where}: {name}={_short(value)} must be a whole number >= {low}")
-    if value < low:
-        raise ValueError(f"{where}: {name}={value} must be >= {low}")
-    return int(value)
-
-
-def check_level(where, level):
-    """``interval(level)``: a probability strictly between 0 and 1."""
-    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (numbers.Real, np.floating)):
-        raise TypeError(f"{where}: level={_short(level)} must be a number between 0 and 1 "
-                        f"(e.g. 0.95 for the central 95% interval)")
-    if not 0.0 < float(level) < 1.0:
-        raise ValueError(f"{where}: level={level} must lie strictly between 0 and 1 (e.g. 0.95 "
-                         f"for the central 95% interval)")
-    return float(level)
-
-
-def check_values(where, values, plates, value_ndim, event_shape=None, what="values"):
-    """Values to score: numbers whose shape broadcasts against the entries ``plates``
-    (plus ``value_ndim`` trailing event axes, of ``event_shape`` when it is known).
-    Returns them unchanged."""
-    v = np.asarray(values)
-    if v.dtype.kind not in "biuf":
-        try:
-            v = v.astype(float)
-        except (TypeError, ValueError):
-            raise TypeError(f"{where}: {what} must be numbers, got {_short(values)}") from None
-        if v.dtype.kind == "c":
-            raise TypeError(f"{where}: {what} must be real numbers, got complex ones")
-    if not isinstance(value_ndim, int):
-        return values
-    ok = v.ndim >= value_ndim and (event_shape is None or value_ndim == 0 or
-                                   v.shape[v.ndim - value_ndim:] == tuple(event_shape))
-    if ok:
-        try:
-            np.broadcast_shapes(v.shape[:v.ndim - value_ndim], tuple(plates))
-        except ValueError:
-            ok = False
-    if not ok:
-        ev = "" if not value_ndim else (
-            f" plus the value's shape {tuple(event_shape)}" if event_shape is not None
-            else f" plus {value_ndim} value axes")
-        raise ValueError(f"{where}: {what} of shape {v.shape} do not fit the entries, of shape "
-                         f"{tuple(plates)}{ev}; give one value per entry (or a shape that "
-                         f"broadcasts to it)")
-    return values
-
-
-def check_mask(where, mask, plates):
-    """``mask=`` of a held-out score: booleans broadcasting to the entries ``plates``."""
-    m = np.asarray(mask)
-    if m.dtype.kind not in "biu" and m.dtype.kind != "f":
-        raise TypeError(f"{where}: mask must be booleans (True = score the entry), got "
-                        f"{_short(mask)}")
-    try:
-        np.broadcast_shapes(m.shape, tuple(plates))
-    except ValueError:
-        raise ValueError(f"{where}: mask of shape {m.shape} does not fit the entries, of shape "
-                         f"{tuple(plates)}") from None
-    return m.astype(bool)
-
-
-def _short(v, n=60):
-    t = repr(v)
-    return t if len(t) <= n else t[:n - 3] + "..."

@@ -15,6 +15,9 @@ class FactorGraph:
     ties broken by creation order). ``schedule=`` overrides it (nodes or names).
     """
 
+    #: where an SVI fit stopped (step count, rows' state, rng), for a checkpoint; None
+    svi_state = None
+
     def __init__(self, *nodes, schedule=None):
         if not nodes:
             raise ValueError("Model() needs at least one node, e.g. Model(y)")

@@ -1,302 +1,17 @@
-"""Graph nodes: constants, stochastic (exponential-family) nodes, their posteriors.
-
-A node publishes *moments*: the mean parameters E[T(x)] of the family named by
-``node.provides`` (a family object). Stochastic nodes own a conditional factor
-(``graph/factors``) that knows p(x | parents) in terms of the parents' moments.
+"""Stochastic nodes: a random variable with an exponential-family q (or a point mass, or
+data), its observation, its messages to its parents and its ELBO term. The base classes
+(``Node``, ``Constant``, ``ChildData``, ``Posterior``) are in ``graph/base.py``.
 """
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
-
 import numpy as np
 
-from ..families.gathered import GatheredSoftmax, gathered_sum
-from .inputs import check_observation, check_plates, check_seed, check_size, check_stream_shape
+from ..families.gathered import GatheredSoftmax
+from .base import ChildData, Node, Posterior, _entries_reached, _LazyMoments, _weighted_sum
+from .base import Constant, FactoredMessage, reduce_seen  # noqa: F401 (read from here too)
+from .inputs import check_observation, check_plates, check_stream_shape
 from .plates import broadcast_plates
-
-_ids = itertools.count()
-
-
-class Node:
-    """Base class of every graph node."""
-
-    deterministic = False
-    stochastic = False
-    #: can the node become a view of some entries of its first plate axis (``restrict``)?
-    restrictable = True
-
-    def __init__(self, name, plates):
-        self.id = next(_ids)
-        self.name = name if name is not None else f"{type(self).__name__.lower()}{self.id}"
-        self.plates = tuple(int(p) for p in plates)
-        self.parents = []
-        self.children = []
-        self.replicates = None  # counts of identical copies per plate entry (bag-of-words)
-
-    def label(self):
-        return f"{type(self).__name__} '{self.name}'"
-
-    def __repr__(self):
-        return f"<{self.label()} plates={self.plates}>"
-
-    def __getitem__(self, idx):
-        from .deterministic import Gather
-        return Gather(self, idx)
-
-    def moments(self):
-        raise NotImplementedError
-
-    def start(self, rng):
-        """Hook called by the fit after every latent q is set to its prior: a node may
-        move its own or its parents' q to a better starting point (``Dot`` of two
-        latent vectors breaks their symmetry). Default: nothing."""
-
-    def selector(self):
-        """The Categorical node this deterministic node selects components by (``Gate``),
-        or None; the fit treats it as a mixture assignment (its start, its place in the
-        local block). Stochastic nodes answer through their factor's ``selector()``."""
-        return None
-
-    # ---- views of some entries of the first plate axis (minibatches, active rows) ----
-    def restrict(self, rows, cut, source_rows=None):
-        """Become the view of entries ``rows`` of the first plate axis; returns what
-        :meth:`restore` needs to undo it. ``cut(array, rows)`` slices an array once per
-        view (arrays shared by several nodes are sliced once); a gather also gets the
-        remapped indices ``source_rows`` into its restricted source."""
-        state = {"plates": self.plates, "replicates": self.replicates}
-        self.plates = (len(rows),) + self.plates[1:]
-        self.replicates = cut(self.replicates, rows)
-        return state
-
-    def aligned_plates(self, parent):
-        """``parent``'s plates as they line up (right-aligned, numpy broadcasting) with
-        this node's plates: without the component axis where ``parent`` holds a
-        mixture's components."""
-        return tuple(parent.plates)
-
-    def restore(self, state):
-        """Undo :meth:`restrict`."""
-        for k, v in state.items():
-            setattr(self, k, v)
-
-    def _add_child(self, child):
-        if child not in self.children:
-            self.children.append(child)
-
-    def reached_entries(self):
-        """Which entries of this node some observed entry below depends on: a bool array
-        of its plates, or None (every entry, or it cannot be told entry by entry)."""
-        if not self.deterministic:
-            w = self.mask if self.observed else self.observed_entries()
-            return None if w is None else np.broadcast_to(np.asarray(w) != 0, self.plates)
-        seen = np.zeros(self.plates, dtype=bool)
-        for c in self.children:
-            if c.deterministic:
-                got = c.entries_reached_in(self)
-            elif c.stochastic:
-                own = c.reached_entries()
-                pm = c._observed_parent_mask()
-                nz = np.ones(c.plates, dtype=bool) if own is None else own
-                if pm is not None:
-                    nz = nz & (np.asarray(pm) != 0)
-                got = _entries_reached(c, self, nz)
-            else:
-                got = None
-            if got is None:
-                return None
-            seen |= got
-        return seen
-
-    def entries_reached_in(self, parent):
-        """For a deterministic node: the entries of ``parent`` its observed entries depend
-        on (bool, parent's plates), or None when it cannot tell (the default)."""
-        return None
-
-
-class Constant(Node):
-    """A fixed value in a parent slot, published as the slot family's T(value)."""
-
-    def __init__(self, value, family, name=None):
-        value = np.asarray(value, dtype=float)
-        super().__init__(name or "constant", value.shape[: value.ndim - family.value_ndim])
-        self.value = value
-        self.provides = family
-        self._moments = family.suff_stats(family.centre(value))
-
-    def set_family(self, family):
-        """Publish T of the value under ``family`` (a location shift, graph/centring.py)."""
-        self.provides = family
-        self._moments = family.suff_stats(family.centre(self.value))
-
-    def moments(self):
-        return self._moments
-
-
-class _LazyMoments(Sequence):
-    """The parents' moment tuples, each computed when first read."""
-
-    def __init__(self, parents):
-        self._parents = parents
-        self._moments = [None] * len(parents)
-
-    def __len__(self):
-        return len(self._parents)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._moments[i] is None:
-            self._moments[i] = self._parents[i].moments()
-        return self._moments[i]
-
-
-class FactoredMessage:
-    """The message w_n p_n of a factored Categorical q (families/gathered.py) to a
-    gather of its table rows: the gather scatters it without building it
-    (:meth:`scatter`); anything else reads it as the dense (n, K) array."""
-
-    __array_priority__ = 100
-
-    def __init__(self, q, weights):
-        self.q = q
-        self.weights = weights
-
-    def dense(self):
-        p = self.q.p
-        return p if self.weights is None else np.asarray(self.weights)[:, None] * p
-
-    def scatter(self, idx, n_out):
-        return self.q.scatter(idx, self.weights, n_out)
-
-    def __array__(self, dtype=None, copy=None):
-        a = self.dense()
-        return a if dtype is None else a.astype(dtype)
-
-    def __add__(self, other):
-        return self.dense() + np.asarray(other)
-
-    __radd__ = __add__
-
-    def __mul__(self, other):
-        return self.dense() * np.asarray(other)
-
-    __rmul__ = __mul__
-
-
-class ChildData:
-    """What a factor sees of its child: observed value and/or moments.
-
-    ``moments`` may be computed lazily (``make_moments``): an observed
-    Categorical child is used through its labels, and its one-hot T(x)
-    (entries x K, e.g. tokens x vocabulary) is only built if a factor asks."""
-
-    __slots__ = ("value", "_moments", "_make", "plates", "value_ndim", "cells")
-
-    def __init__(self, value, moments, plates, value_ndim, make_moments=None, cells=None):
-        self.value = value
-        self._moments = moments
-        self._make = make_moments
-        self.plates = tuple(plates)
-        self.value_ndim = value_ndim
-        # per-coordinate observed flags of partly observed vectors (None: every entry whole);
-        # a factor completes such data with Conditional.complete before using it
-        self.cells = cells
-
-    @property
-    def moments(self):
-        if self._moments is None and self._make is not None:
-            self._moments = self._make()
-        return self._moments
-
-    def expand(self, event_ndims):
-        """Insert a size-1 component axis after the plates (for mixtures)."""
-        def ins(a, k):
-            a = np.asarray(a)
-            return np.expand_dims(a, a.ndim - k)
-        value = None if self.value is None else ins(self.value, self.value_ndim)
-        cells = None if self.cells is None else ins(self.cells, self.value_ndim)
-        if self._moments is None and self._make is not None:
-            return ChildData(value, None, self.plates + (1,), self.value_ndim, make_moments=lambda: tuple(
-                ins(m, k) for m, k in zip(self.moments, event_ndims)), cells=cells)
-        moments = None if self._moments is None else tuple(
-            ins(m, k) for m, k in zip(self._moments, event_ndims))
-        return ChildData(value, moments, self.plates + (1,), self.value_ndim, cells=cells)
-
-
-class Posterior:
-    """The fitted q of a node, answering scipy.stats' questions.
-
-    ``mean``/``var`` have shape plates + event shape; ``params`` uses the node
-    constructor's parameter names; ``to_scipy()`` gives frozen scipy objects."""
-
-    def __init__(self, node):
-        self.node = node
-        self.family = node.family
-        self.natural = tuple(np.array(a) for a in node.nat)
-        self.is_point = node.point
-
-    @property
-    def mean_params(self):
-        """E[T(x)] (for a point mass: T at the point)."""
-        if self.is_point:
-            return self.family.point_stats(self.natural)
-        return self.family.mean_params(self.natural)
-
-    @property
-    def point(self):
-        return self.family.mode(self.natural)
-
-    @property
-    def mean(self):
-        if self.is_point:
-            return self.point
-        return self.family.mean(self.natural)
-
-    @property
-    def var(self):
-        if self.is_point:
-            m = self.point
-            return tuple(np.zeros_like(a) for a in m) if isinstance(m, tuple) else np.zeros_like(m)
-        return self.family.var(self.natural)
-
-    @property
-    def cov(self):
-        if not hasattr(self.family, "cov"):
-            raise AttributeError(f"{self.node.label()}: posterior.cov exists for vector nodes only")
-        if self.is_point:   # a point mass has no spread (its stored precision is a pseudo-q's)
-            return np.zeros_like(self.family.cov(self.natural))
-        return self.family.cov(self.natural)
-
-    @property
-    def params(self):
-        return self.family.params_from_natural(self.natural)
-
-    def to_scipy(self):
-        if self.is_point:
-            raise TypeError(f"{self.node.label()} is a point mass (EM); use posterior.point")
-        return self.family.to_scipy(self.natural)
-
-    def entropy(self):
-        return self.family.entropy(self.natural)
-
-    def sample(self, size=None, seed=None):
-        """Draws from q: shape (size,) + plates + event (a pair of arrays for a joint
-        NormalGamma / NormalWishart node; labels for a Categorical; the point, repeated,
-        for a point mass)."""
-        where = f"{self.node.label()}.posterior.sample"
-        size, seed = check_size(where, size), check_seed(where, seed)
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        if self.is_point:
-            v = self.family.point_value(self.natural)
-            lead = () if size is None else ((int(size),) if np.ndim(size) == 0 else tuple(size))
-            rep = lambda a: np.broadcast_to(a, lead + np.shape(a)).copy()  # noqa: E731
-            return tuple(rep(a) for a in v) if isinstance(v, tuple) else rep(v)
-        return self.family.sample(self.natural, rng, size)
-
-    def __repr__(self):
-        kind = "point mass" if self.is_point else self.family.name
-        return f"<Posterior of {self.node.label()}: {kind}, plates={self.node.plates}>"
+from .predictive import node_predictive
 
 
 class Stochastic(Node):
@@ -347,7 +62,7 @@ class Stochastic(Node):
                 comp.prior_natural([p.moments() for p in self.factor.parents[1:]])
             return None
         except ValueError:
-            shapes = ", ".join(f"{getattr(s, 'name', i)}: {tuple(np.shape(p.moments()[0]))}"
+            shapes = ", ".join(f"{s.name}: {tuple(np.shape(p.moments()[0]))}"
                                for i, (s, p) in enumerate(zip(self.factor.slots, self.factor.parents)))
             raise ValueError(f"{self.label()}: the shapes of its parameters do not fit together "
                              f"({shapes}); a vector's length must match the matrix dimension "
@@ -389,7 +104,7 @@ class Stochastic(Node):
 
     def start(self, rng):
         """q at the start given by :meth:`start_from`, if any (see :meth:`Node.start`)."""
-        if getattr(self, "_start", None) is not None and not self.observed:
+        if self._start is not None and not self.observed:
             self.set_natural(self._start)
 
     # ---- data ---------------------------------------------------------------
@@ -404,7 +119,7 @@ class Stochastic(Node):
         try:
             source = as_source(data)
             if source is not None:
-                if getattr(source, "dask", False) and weights is not None and mask is None:
+                if source.dask and weights is not None and mask is None:
                     source.attach_weights(weights, self.label())   # dask counts of the rows
                     weights = None
                 if mask is not None or weights is not None:
@@ -432,7 +147,7 @@ class Stochastic(Node):
     def aligned_plates(self, parent):
         f = self.factor
         sel = f.selector()
-        comp = getattr(f, "component", None)
+        comp = f.component
         plates = tuple(parent.plates)
         for i, p in enumerate(f.parents):
             if p is not parent:
@@ -447,7 +162,7 @@ class Stochastic(Node):
         return plates
 
     def restrict(self, rows, cut, source_rows=None):
-        q = None if self.observed or self._nat is not None else getattr(self, "_factored", None)
+        q = None if self.observed or self._nat is not None else self._factored
         nat = None if self.observed or q is not None else self.nat
         state = super().restrict(rows, cut)
         if self.observed:
@@ -487,9 +202,9 @@ class Stochastic(Node):
         """The data in the family's centred coordinates (x - c, graph/centring.py): built
         once per data array (kept while ``self.value`` is the same object); masked entries
         hold 0. Without a shift, the data themselves."""
-        if self.value is None or getattr(self.family, "shift", None) is None:
+        if self.value is None or self.family.shift is None:
             return self.value
-        cached = getattr(self, "_centred", None)
+        cached = self._centred
         if cached is not None and cached[0] is self.value and cached[1] is self.family:
             return cached[2]
         v = self.family.centre(self.value)
@@ -508,7 +223,7 @@ class Stochastic(Node):
         memo = self.__dict__.get("_cells_memo")
         if memo is None or memo[0] is not v:
             c = None
-            if v is not None and getattr(self.family, "cell_masks", False):
+            if v is not None and self.family.cell_masks:
                 nan = np.isnan(v)
                 c = ~nan if nan.any() else None
             self._cells_memo = memo = (v, c)
@@ -532,7 +247,7 @@ class Stochastic(Node):
                 raise ValueError(f"{self.label()}: its vectors are partly observed (a per-coordinate "
                                  f"mask); their statistics depend on the parameters, so they are "
                                  f"only used as the data of its own factor, not as a parent's value")
-            if self.family.is_label and getattr(self.family, "K", None) is None:
+            if self.family.is_label and self.family.K is None:
                 self._obs_moments = self.family.suff_stats(self.value, K=self.factor.n_categories())
             else:
                 self._obs_moments = self.family.suff_stats(self.centred_value())
@@ -541,7 +256,7 @@ class Stochastic(Node):
     def moments(self):
         if self.observed:
             return self._observed_moments()
-        if self._moments is None and not self.point and getattr(self, "_factored", None) is not None:
+        if self._moments is None and not self.point and self._factored is not None:
             self._moments = (self._factored.p,)
         if self._moments is None:
             if self.nat is None:
@@ -556,7 +271,7 @@ class Stochastic(Node):
     # from their factored form on first read
     @property
     def nat(self):
-        if self._nat is None and getattr(self, "_factored", None) is not None:
+        if self._nat is None and self._factored is not None:
             self._nat = (self._factored.lam().reshape(self.plates + (-1,)),)
         return self._nat
 
@@ -586,9 +301,7 @@ class Stochastic(Node):
         """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
         Categorical (rebuilt on demand)."""
         self.factor.release()
-        drop = getattr(self.family, "release", None)
-        if drop is not None:
-            drop()   # a family's memo of the last q (MultivariateNormal's factorisation)
+        self.family.release()   # a family's memo of the last q (MultivariateNormal's factorisation)
         memo = self.__dict__.get("_gather_memo")
         if memo:
             memo.clear()
@@ -607,7 +320,7 @@ class Stochastic(Node):
     def entropy(self):
         """H[q] per plate entry (for a factored Categorical, log Z - <p, lam>, which
         needs no log of p)."""
-        q = getattr(self, "_factored", None)
+        q = self._factored
         if q is not None:
             return q.log_partition - np.einsum("nk,nk->n", self.moments()[0], self.nat[0])
         return self.family.entropy(self.nat)
@@ -617,9 +330,8 @@ class Stochastic(Node):
         if self.observed:
             raise AttributeError(f"{self.label()} is observed; it has data, not a posterior")
         if not self.fitted:
-            why = getattr(self, "unfitted_reason", None)
-            if why:
-                raise AttributeError(f"{self.label()} has no posterior: {why}")
+            if self.unfitted_reason:
+                raise AttributeError(f"{self.label()} has no posterior: {self.unfitted_reason}")
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
         return Posterior(self)
 
@@ -688,7 +400,6 @@ class Stochastic(Node):
         over q (``samples`` draws, ``seed``) otherwise. Masked entries of observed data get
         their imputation. ``inputs``: new design rows of a ``Dot(X, w)`` parent, new rows of
         a Mixture (NaN = missing cells), or ``{name: new values}`` (docs/predict.md)."""
-        from .predictive import node_predictive
         return node_predictive(self, inputs, samples=samples, seed=seed)
 
     # ---- messages -----------------------------------------------------------
@@ -697,7 +408,7 @@ class Stochastic(Node):
         a class label, is missing informs no parameter: its parent has no value there)."""
         out = None
         for p in self.factor.parents:
-            if getattr(p, "observed", False) and p.stochastic and p.mask is not None:
+            if p.observed and p.stochastic and p.mask is not None:
                 m = np.asarray(p.mask, dtype=float)
                 out = m if out is None else out * m
         return out
@@ -720,7 +431,7 @@ class Stochastic(Node):
         reduced to ``parent.plates``, in the parent's T coordinates."""
         u = _LazyMoments(self.factor.parents)  # a message often needs only some of them
         w = self.message_weight(parent)
-        q = getattr(self, "_factored", None)
+        q = self._factored
         if q is not None and not self.point:
             slots = [i for i, p in enumerate(self.factor.parents) if p is parent]
             m = self.factor.factored_message(slots, q, w, parent.plates) if len(slots) == 1 else None
@@ -764,52 +475,7 @@ class Stochastic(Node):
             w = self.replicates if w is None else w * self.replicates
         total = self.factor.weighted_loglik(x, u, w)
         if not self.observed and not self.point:
-            q = getattr(self, "_factored", None)   # a factored q: from scatters, without p
+            q = self._factored   # a factored q: from scatters, without p
             h = None if q is None else q.entropy_sum(w)
             total += _weighted_sum(self.entropy(), w, self.plates) if h is None else h
         return total
-
-
-def _entries_reached(child, node, seen):
-    """The entries of ``node`` (a parent of ``child``) that some entry of ``child`` marked
-    in ``seen`` (bool, child's plates) depends on, as a bool array of node's plates; None
-    when that cannot be told entry by entry (then every entry counts as reached)."""
-    cplates = tuple(child.plates)
-    seen = np.broadcast_to(seen, cplates)
-    mixture = getattr(child.factor, "component", None) is not None
-    out = None
-    for i, p in enumerate(child.factor.parents):
-        if p is not node:
-            continue
-        if mixture and i > 0:   # component parameters: every row may belong to component k
-            got = np.full(node.plates, bool(seen.any()))
-        elif child.aligned_plates(node) != tuple(node.plates):
-            return None         # a plate axis of the parent is not the child's (a category axis)
-        else:
-            got = reduce_seen(seen, node.plates)
-            if got is None:
-                return None
-        out = got if out is None else out | got
-    return out
-
-
-def reduce_seen(seen, plates):
-    """``seen`` (bool, a child's plates) reduced to ``plates`` aligned on the right (an
-    entry is reached when any child entry broadcast from it is); None when ``plates`` do
-    not broadcast to the child's."""
-    cplates, plates = tuple(np.shape(seen)), tuple(plates)
-    if len(plates) > len(cplates):
-        return None
-    pad = (1,) * (len(cplates) - len(plates)) + plates
-    if any(a not in (1, b) for a, b in zip(pad, cplates)):
-        return None
-    axes = tuple(j for j, (a, b) in enumerate(zip(pad, cplates)) if a != b)
-    return seen.any(axis=axes, keepdims=True).reshape(plates) if axes else seen.reshape(plates)
-
-
-def _weighted_sum(values, w, plates):
-    """sum over entries of w * values (entries with weight 0 contribute nothing, even NaN)."""
-    v = np.broadcast_to(values, plates)
-    if w is not None:
-        v = np.where(w != 0, v, 0.0) * w
-    return float(np.sum(v))

@@ -36,7 +36,7 @@ from .node import Node, Stochastic
 
 
 def _is_node(x, family=None):
-    return isinstance(x, Node) and (family is None or isinstance(getattr(x, "provides", None), family))
+    return isinstance(x, Node) and (family is None or isinstance(x.provides, family))
 
 
 def _positive_fixed(cls, name, value, what):
@@ -129,7 +129,7 @@ class Gamma(_Public):
     def _spec(cls, shape, rate, name=None):
         if _is_node(shape):
             from .factors.hyper import GammaShapeFactor
-            if not isinstance(getattr(shape, "provides", None), GammaFamily):
+            if not isinstance(shape.provides, GammaFamily):
                 raise TypeError(f"Gamma '{name}': a random shape must be a Gamma node (a positive "
                                 f"quantity), got {shape.label()}")
             return (GammaFamily(), GammaShapeFactor, [shape, rate],

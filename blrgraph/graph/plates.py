@@ -108,7 +108,8 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
         in_subs.append(lab)
         arrays.append(_squeeze(a, keep, len(s)))
     present = set("".join(in_subs))
-    out_plate = "".join(plate_letters[j] for j in range(n) if target[j] != 1 and plate_letters[j] in present)
+    kept = [target[j] != 1 and plate_letters[j] in present for j in range(n)]
+    out_plate = "".join(plate_letters[j] for j in range(n) if kept[j])
     factor = 1.0
     for j in range(n):
         if plate_letters[j] not in present and target[j] == 1:
@@ -119,10 +120,14 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
         res = np.asarray(1.0)
     if factor != 1.0:
         res = res * factor
-    lead = n - len(target_plates)
-    shape_plate = tuple(full[j] if (target[j] != 1 and plate_letters[j] in present) else 1
-                        for j in range(lead, n))
-    res = np.reshape(res, shape_plate + np.shape(res)[len(out_plate):])
+    return _to_target(res, full, kept, target_plates, len(out_plate))
+
+
+def _to_target(res, full, kept, target_plates, n_out):
+    """``wsum``'s einsum result (its ``n_out`` kept plate axes first) as target_plates + event."""
+    n = len(full)
+    shape_plate = tuple(full[j] if kept[j] else 1 for j in range(n - len(target_plates), n))
+    res = np.reshape(res, shape_plate + np.shape(res)[n_out:])
     if shape_plate != tuple(target_plates):
         res = np.broadcast_to(res, tuple(target_plates) + res.shape[len(shape_plate):]).copy()
     return res

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..families.dirichlet import Dirichlet as DirichletFamily
+from .base import Node
 from .deterministic import Deterministic
 
 
@@ -43,7 +44,7 @@ class StickBreaking(Deterministic):
         if truncated and K < 2:
             raise ValueError(f"StickBreaking '{name}': a truncated stick-breaking prior needs K >= 2 "
                              f"(with K = 1 the weight is 1; use truncated=False or a constant)")
-        g = np.asarray(gamma, dtype=float) if not hasattr(gamma, "plates") else None
+        g = np.asarray(gamma, dtype=float) if not isinstance(gamma, Node) else None
         if g is None or g.ndim != 0 or not np.isfinite(g) or g <= 0:
             raise ValueError(f"StickBreaking '{name}': gamma must be one positive number (the "
                              f"concentration), got {gamma!r}")
@@ -63,7 +64,7 @@ class StickBreaking(Deterministic):
 
     def moments(self):
         src = self.sticks.moments()
-        cached = getattr(self, "_cache", None)
+        cached = self._cache
         if cached is not None and cached[0] is src:
             return cached[1]
         elog_v, elog_1mv = src

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .data import numpy_of
+
 
 class Stream:
     """Data arriving in chunks along the first axis.
@@ -22,6 +24,9 @@ class Stream:
     """
 
     sequential = True
+    #: rows on a Dask cluster (graph/dask_source.py) and counts alongside them: neither
+    dask = False
+    weights = None
 
     def __init__(self, chunks, n, shape=None):
         if int(n) != n or n < 1:
@@ -38,8 +43,7 @@ class Stream:
             first = next(it, None)
             if first is None:
                 raise ValueError("Stream: the chunks are empty")
-            if hasattr(first, "to_numpy"):
-                first = first.to_numpy()
+            first = numpy_of(first)
             self._row_shape = np.shape(first)[1:]
             self._it, self._buf, self._start = it, self._as_rows(first, 0), 0
 
@@ -58,8 +62,7 @@ class Stream:
 
     def _as_rows(self, chunk, start):
         """A chunk as a float array of rows; ``start``: the global row of its first row."""
-        if hasattr(chunk, "to_numpy"):
-            chunk = chunk.to_numpy()
+        chunk = numpy_of(chunk)
         try:
             rows = np.asarray(chunk, dtype=float)
         except (TypeError, ValueError):
@@ -127,6 +130,8 @@ class MemmapSource:
     """A memory-mapped array: random access, read per batch."""
 
     sequential = False
+    dask = False
+    weights = None
 
     def __init__(self, arr):
         self.arr = arr

@@ -42,7 +42,7 @@ class Layout:
     def __init__(self, family, shapes, has_logh):
         self.family = family
         self.shapes = [tuple(s) for s in shapes]        # event shape of each statistic
-        sym = set(getattr(family, "symmetric_stats", ()))
+        sym = set(family.symmetric_stats)
         self.blocks = []
         col = 2 if has_logh else 1
         for j, s in enumerate(self.shapes):
@@ -138,7 +138,7 @@ class FlatStats:
         if self._logh is not None:
             out[1] = self._logh[a:b]
         x = self._flat_value[a:b]
-        outer = getattr(self.family, "value_outer_stats", None)
+        outer = self.family.value_outer_stats
         if outer is not None and self.layout.blocks[outer[1]][2] is not None:
             # T(x) = (x, x x^T), the upper triangle kept: products of rows of x^T
             (_, sl, _), (_, sl2, iu) = (self.layout.blocks[j] for j in outer)
@@ -193,7 +193,7 @@ class FlatStats:
     def fits(family, value, plates):
         """Whether Phi of these data is worth using (dense statistics; within MAX_BYTES
         unless STREAM lets larger data rebuild their rows in chunks)."""
-        if not getattr(family, "dense_stats", True):
+        if not family.dense_stats:
             return False
         E = int(np.prod(plates, dtype=int))
         if E == 0:

@@ -89,20 +89,20 @@ def save(model, path):
             continue
         for i, a in enumerate(n.nat):
             arrays[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
-        if getattr(n.family, "shift", None) is not None:   # the coordinates of nat (centring)
+        if n.family.shift is not None:   # the coordinates of nat (centring)
             arrays[f"shift/{n.name}"] = np.array(n.family.shift, dtype=float)
     meta = {"format": FORMAT, "version": VERSION, "nodes": _signature(model),
             "point": [n.name for n in model.latent if n.point],
             "fitted": [n.name for n in model.latent if n.fitted], "svi": None, "fit": None,
             "omitted": [n.name for n in omitted]}
-    state = getattr(model, "svi_state", None)
+    state = model.svi_state
     if state is not None:
         if state.get("perm") is not None:
             arrays["svi/perm"] = np.asarray(state["perm"], dtype=np.int64)
         meta["svi"] = {k: v for k, v in state.items() if k not in ("perm", "rng", "trace")}
         meta["svi"]["rng"] = _jsonable_rng(state["rng"])
         arrays["svi/trace"] = np.asarray(state.get("trace", []), dtype=float)
-    res = getattr(model, "fit_result", None)
+    res = model.fit_result
     if res is not None:
         meta["fit"] = {"method": res.method, "n_iter": int(res.n_iter),
                        "converged": bool(res.converged), "objective": res.objective}
@@ -120,7 +120,7 @@ def read_npz(path, what="checkpoint"):
     check_path(path, what)
     try:
         z = np.load(path, allow_pickle=False)
-        if not hasattr(z, "files"):               # a bare .npy array, not an archive
+        if isinstance(z, np.ndarray):               # a bare .npy array, not an archive
             raise ValueError("a single array (.npy), not an .npz archive")
         with z:
             data = {k: z[k] for k in z.files}
@@ -157,7 +157,7 @@ def _in_current_coordinates(node, nat, shift):
     """Natural parameters saved relative to location shift ``shift`` (None: none, as in
     files written before shifts existed) -> relative to the node's current shift
     (docs/dev/numerics.md). Unchanged when the two agree."""
-    cur = getattr(node.family, "shift", None)
+    cur = node.family.shift
     if shift is None and cur is None or (shift is not None and cur is not None and
                                          np.shape(shift) == np.shape(cur) and
                                          np.array_equal(shift, cur)):

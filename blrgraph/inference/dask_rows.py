@@ -33,18 +33,15 @@ import numpy as np
 
 from .batches import Minibatches
 from .blr import message_from
-from .dask_tasks import cache_limit, combine, identity, pick, task
+from .dask_tasks import (_nbytes, _near, _reduce_tree, _Shape, cache_limit, combine, identity,
+                         pick, task)
 from .partitions import data_children, held_rows, partitions
 from .starts import minibatch_starts, partition_starts, slice_start
 from .views import DataView
 
-#: results reduced this many at a time (the tree of the reduction)
-FAN_IN = 8
-
-
 def uses_dask(model):
     """Does an observed node hold a dask array?"""
-    return any(getattr(n.source, "dask", False) for n in model.observed)
+    return any((n.source is not None and n.source.dask) for n in model.observed)
 
 
 def adopt(model, plan):
@@ -384,53 +381,8 @@ class DaskBatchView(DaskView):
         return L
 
 
-class _Shape:
-    """Stands for a dask source in the pickled model (its shape only)."""
-
-    sequential, dask = False, False
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-        self.n = self.shape[0]
-
-
 def _one_entry(n):
     """The natural parameters of the first entry of ``n`` (every plate axis cut to 1)."""
     return tuple(np.array(np.broadcast_to(a, n.plates + np.shape(a)[np.ndim(a) - e:])
                           [(slice(0, 1),) * len(n.plates)])
                  for a, e in zip(n.nat, n.family.event_ndims))
-
-
-def _near(holders, p):
-    """Place partition ``p``'s task on the worker that keeps its restricted model (a
-    loose restriction: any worker when that one is gone). Without it the scheduler may
-    move the chunk to an idle worker, which then rebuilds the partition's model."""
-    import contextlib
-    import dask
-    addr = holders.get(p)
-    if addr is None:
-        return contextlib.nullcontext()
-    return dask.annotate(workers=[addr], allow_other_workers=True)
-
-
-def _nbytes(obj):
-    if obj is None:
-        return 0
-    if isinstance(obj, np.ndarray):
-        return obj.nbytes
-    if isinstance(obj, dict):
-        return sum(_nbytes(v) for v in obj.values())
-    if isinstance(obj, (tuple, list)):
-        return sum(_nbytes(v) for v in obj)
-    return 8
-
-
-def _reduce_tree(level, combine):
-    """The partitions' results summed as a tree of FAN_IN-way ``combine`` tasks, computed."""
-    import dask
-    while len(level) > 1:
-        level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
-    (out,) = dask.compute(level[0])
-    return out
-
-

@@ -226,3 +226,51 @@ def combine(*parts):
             old = out["msgs"].get(g)
             out["msgs"][g] = m if old is None else tuple(a + b for a, b in zip(old, m))
     return out
+
+
+# ---- the driver's side of the transport (inference/dask_rows.py) ----
+#: results reduced this many at a time (the tree of the reduction)
+FAN_IN = 8
+
+
+class _Shape:
+    """Stands for a dask source in the pickled model (its shape only)."""
+
+    sequential, dask, weights = False, False, None
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.n = self.shape[0]
+
+
+def _near(holders, p):
+    """Place partition ``p``'s task on the worker that keeps its restricted model (a
+    loose restriction: any worker when that one is gone). Without it the scheduler may
+    move the chunk to an idle worker, which then rebuilds the partition's model."""
+    import contextlib
+    import dask
+    addr = holders.get(p)
+    if addr is None:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[addr], allow_other_workers=True)
+
+
+def _nbytes(obj):
+    if obj is None:
+        return 0
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (tuple, list)):
+        return sum(_nbytes(v) for v in obj)
+    return 8
+
+
+def _reduce_tree(level, combine):
+    """The partitions' results summed as a tree of FAN_IN-way ``combine`` tasks, computed."""
+    import dask
+    while len(level) > 1:
+        level = [combine(*level[i:i + FAN_IN]) for i in range(0, len(level), FAN_IN)]
+    (out,) = dask.compute(level[0])
+    return out

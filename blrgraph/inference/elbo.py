@@ -10,7 +10,7 @@ import numpy as np
 
 def elbo(model):
     for node in model.observed:
-        if node.value is None and getattr(node, "source", None) is not None:
+        if node.value is None and node.source is not None:
             raise ValueError(f"the ELBO over {node.label()} needs its data in memory, but it is "
                              f"streamed; fit('svi') reports a minibatch estimate "
                              f"(fit_result.elbo_trace), or observe an in-memory array")

@@ -27,7 +27,7 @@ def check_method(model, method):
     """Refuse a method the model does not fit, naming the node and the way forward."""
     if not method.stochastic:
         for n in model.observed:
-            if n.source is not None and not getattr(n.source, "dask", False):
+            if n.source is not None and not n.source.dask:
                 raise ValueError(f"fit({method.name!r}): {n.label()} observes streamed data (a "
                                  f"memory-mapped array or Stream); fit it with fit('svi'), which "
                                  f"reads it batch by batch, or load the data into memory")
@@ -225,7 +225,7 @@ def _minibatches(model, structure, opts, name="svi"):
 def _start(model, plan, opts, rng):
     """Every latent q at its prior (or the saved state of a resumed SVI run)."""
     if opts.resume:
-        state = getattr(model, "svi_state", None)
+        state = model.svi_state
         if state is None:
             raise ValueError("fit('svi', resume=True): the model has no saved SVI state; fit "
                              "or load first")

@@ -9,7 +9,7 @@ import numpy as np
 def held_rows(model, structure):
     """The observed nodes whose rows are held elsewhere (a dask array), after refusing a
     model whose data axis does not carry them all (naming the node and the fix)."""
-    dasked = [n for n in model.observed if getattr(n.source, "dask", False)]
+    dasked = [n for n in model.observed if (n.source is not None and n.source.dask)]
     links = set(structure.links)
     for n in dasked:
         if n not in links:
@@ -20,7 +20,7 @@ def held_rows(model, structure):
             raise ValueError(f"fit on dask data: the local node {n.label()} lies on another "
                              f"data axis than {structure.root.label()}'s; one data axis only")
     for n in structure.links:
-        if n.stochastic and n.observed and not getattr(n.source, "dask", False):
+        if n.stochastic and n.observed and not (n.source is not None and n.source.dask):
             raise ValueError(f"{n.label()} is on the data axis with {dasked[0].label()}, whose "
                              f"rows are a dask array; give it a dask array chunked the same way")
     return dasked

@@ -23,7 +23,7 @@ def _component_params(model, z):
     for c in model.children[z]:
         if not (c.stochastic and c.factor.selector() is z):
             continue
-        comp = getattr(c.factor, "component", None)
+        comp = c.factor.component
         for j, p in enumerate(c.factor.parents[1:]):
             if p in seen or p not in model.graph or not p.stochastic or p.observed:
                 continue

@@ -62,16 +62,9 @@ def _source_name(df):
     return f" in {src}" if src else ""
 
 
-def read_table(source, columns=None, *, na_values=None):
-    """Read ``source`` into a DataFrame and keep ``columns`` (all when None).
-
-    ``source`` is a path to a CSV file (first line = column names), a pandas
-    DataFrame (copied), a dict of columns, or a numpy array (columns named
-    x0, x1, ...). Cells that are empty, "NA", "NaN", "?" (see :data:`NA_VALUES`)
-    are read as missing. An unknown column raises a ValueError listing the
-    columns that exist.
-    """
-    pd = require_pandas()
+def _as_frame(pd, source, na_values):
+    """``source`` (a CSV path, a DataFrame, a Series, a dict of columns or an array) as a
+    DataFrame, all its columns."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.exists():
@@ -102,6 +95,20 @@ def read_table(source, columns=None, *, na_values=None):
         if arr.ndim != 2:
             raise ValueError(f"data must be a table (rows x columns); got an array of shape {arr.shape}")
         df = pd.DataFrame(arr, columns=[f"x{j}" for j in range(arr.shape[1])])
+    return df
+
+
+def read_table(source, columns=None, *, na_values=None):
+    """Read ``source`` into a DataFrame and keep ``columns`` (all when None).
+
+    ``source`` is a path to a CSV file (first line = column names), a pandas
+    DataFrame (copied), a dict of columns, or a numpy array (columns named
+    x0, x1, ...). Cells that are empty, "NA", "NaN", "?" (see :data:`NA_VALUES`)
+    are read as missing. An unknown column raises a ValueError listing the
+    columns that exist.
+    """
+    pd = require_pandas()
+    df = _as_frame(pd, source, na_values)
     df.columns = [c.strip() if isinstance(c, str) else c for c in df.columns]
     dup = sorted({str(c) for c in df.columns if list(df.columns).count(c) > 1})
     if dup:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...families.base import inner
-from ..node import ChildData, Constant, Node, _weighted_sum
+from ...predictive import fixed_predictive, monte_carlo
+from ..base import ChildData, Constant, Node, _weighted_sum
 from ..plates import broadcast_plates
 
 
@@ -60,7 +61,7 @@ class Conditional:
                 raise TypeError(f"{self.node.label()}: parameter '{slot.name}' must be a number "
                                 f"or an array, not the node {p.label()} (no conjugate update exists "
                                 f"for a random {slot.name}; fix it, or use a point estimate)")
-            prov = getattr(p, "provides", None)
+            prov = p.provides
             if prov is None or type(prov) is not type(slot.family):
                 got = "a " + prov.name + " node" if prov is not None else "a node"
                 raise TypeError(f"{self.node.label()}: parameter '{slot.name}' is {p.label()} ({got}); "
@@ -140,7 +141,7 @@ class Conditional:
         latent variables at their optimum given the parents' moments u (the family's
         ``complete_cells``; Ghahramani & Jordan 1994), as expected statistics, and the
         entropy H of those coordinates per entry; (x, None) for whole data."""
-        if getattr(x, "cells", None) is None:
+        if x.cells is None:
             return x, None
         Ex, Exx, H = self.node.family.complete_cells(x.value, x.cells, self.prior_natural(u))
         return ChildData(None, (Ex, Exx), Ex.shape[:-1], x.value_ndim), H
@@ -151,6 +152,9 @@ class Conditional:
     # ---- optional hooks: declared here with their defaults, overridden where they apply ----
     #: the component factor of a mixture (None for every other factor)
     component = None
+    #: ``factored_counts(q, x, w, target)``: a mixture component's message from a factored
+    #: q(z) by one scatter (CategoricalFactor), or None when the factor has none
+    factored_counts = None
 
     def selector(self):
         """The assignment node of a mixture (its first parent); None for other factors."""
@@ -191,7 +195,6 @@ class Conditional:
         :class:`~blrgraph.graph.predictive.ParentDist` per parent slot. The default is the
         conditional itself when every parent is fixed, else Monte Carlo over q; conjugate
         factors override it with the exact integral."""
-        from ..predictive import fixed_predictive, monte_carlo
         if all(pd.fixed for pd in q):
             return fixed_predictive(self, q, plates)
         return monte_carlo(self, q, plates, ctx)

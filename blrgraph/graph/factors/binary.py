@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...predictive import beta_binomial
 from ..plates import wsum
 from .base import Conditional
 
@@ -26,7 +27,6 @@ class BernoulliFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Bernoulli(p) with p ~ Beta(a, b): Beta-Binomial(1, a, b), i.e. Bernoulli(a/(a+b))."""
-        from ..predictive import beta_binomial
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].params
@@ -58,7 +58,6 @@ class BinomialFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Binomial(n, p) with p ~ Beta(a, b): Beta-Binomial(n, a, b)."""
-        from ..predictive import beta_binomial
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].params

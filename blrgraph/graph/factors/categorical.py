@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
+from ...predictive import CategoricalPredictive, DirichletMultinomial
 from ..plates import broadcast_plates, wsum
 from .base import Conditional
 
@@ -60,6 +61,8 @@ def scatter_last(weights, labels, K, target, full=()):
 class CategoricalFactor(Conditional):
     """z ~ Categorical(p): lam = E[log p] (overcomplete log-potentials), A = 0."""
 
+    _onehot = _transposed = None   # memos: the labels one-hot, the last log table transposed
+
     def n_categories(self):
         from ..deterministic import Gather
         p = self.parents[0]
@@ -89,7 +92,7 @@ class CategoricalFactor(Conditional):
         return super().weighted_loglik(x, u, w) if fast is None else fast
 
     def _factored_loglik(self, w):
-        q = getattr(self.node, "_factored", None)
+        q = self.node._factored
         if q is None or self.node.point:
             return None
         terms = self.prior_terms()
@@ -112,7 +115,6 @@ class CategoricalFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Categorical(p) with p ~ Dirichlet(alpha): Categorical(alpha / sum(alpha))."""
-        from ..predictive import CategoricalPredictive
         if q[0].kind != "q":
             return CategoricalPredictive(q[0].value, plates)
         alpha = q[0].params["alpha"]
@@ -122,7 +124,7 @@ class CategoricalFactor(Conditional):
         """The message to p (its gradient, w_n E[onehot z_n]) of a z whose q is a
         factored Categorical (families/gathered.py), kept factored for a gather to
         scatter (graph/node.py FactoredMessage); None when it must be reduced here."""
-        from ..node import FactoredMessage
+        from ..base import FactoredMessage
         if tuple(target) != self.node.plates or (w is not None and np.shape(w) != tuple(target)):
             return None
         return (FactoredMessage(q, w),)
@@ -136,7 +138,7 @@ class CategoricalFactor(Conditional):
                 or len(target) != 1 or np.shape(w) != (np.shape(labels)[0], target[0]):
             return None
         key = labels if labels.base is None else labels.base
-        memo = getattr(self, "_onehot", None)
+        memo = self._onehot
         if memo is None or memo[0] is not key:
             n = labels.shape[0]
             onehot = sp.csr_matrix((np.ones(n), (labels[:, 0], np.arange(n))), shape=(K, n))
@@ -186,7 +188,7 @@ class CategoricalFactor(Conditional):
         if x.value is None or np.ndim(lp) != 2 or np.shape(x.value) != tuple(plates) \
                 or len(plates) != 1:
             return None
-        memo = getattr(self, "_transposed", None)
+        memo = self._transposed
         if memo is None or memo[0] is not lp:  # one (transposed) table per change of p
             memo = self._transposed = (lp, lp.T)
         return [memo[1]], [x.value]
@@ -224,7 +226,6 @@ class MultinomialFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Multinomial(n, p) with p ~ Dirichlet(alpha): Dirichlet-multinomial(n, alpha)."""
-        from ..predictive import DirichletMultinomial
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         return DirichletMultinomial(self.n, q[0].params["alpha"], plates)

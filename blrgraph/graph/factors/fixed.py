@@ -18,7 +18,7 @@ class FixedPrior(Conditional):
         self.fixed = fixed
         fam = node.family
         self.params = fam.validate_params(*parents, where=node.name)
-        if getattr(fam, "locational", False) and np.any(self.params[0] != 0):
+        if fam.locational and np.any(self.params[0] != 0):
             # until the model gives the location group its shift (graph/centring.py), the
             # prior is centred on its own mean: lam3 = -(b + beta m^2/2) would lose b
             fam = fam.with_shift(self.params[0])

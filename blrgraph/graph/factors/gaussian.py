@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...predictive import MultivariateT, monte_carlo, normal, student_t
 from ..plates import wsum
 from .base import Conditional
 
@@ -89,7 +90,7 @@ class NormalFactor(Conditional):
         total = s1 - 0.5 * sx2 - 0.5 * s2 + 0.5 * wsum(w, lt, **kw) \
             - 0.5 * LOG2PI * wsum(w, **kw)
         if _has_log_h(self.node.family):
-            from ..node import _weighted_sum
+            from ..base import _weighted_sum
             total = total + _weighted_sum(self.log_base_measure(x), w, x.plates)
         return float(total)
 
@@ -98,7 +99,6 @@ class NormalFactor(Conditional):
         N(E m, Var m + 1/tau). Fixed mean, Gamma(a, b) precision: Student-t(2a, m, b/a).
         Both random (mean field): Monte Carlo over q, with the exact mean E m and
         variance Var m + E[1/tau] = Var m + b/(a - 1)."""
-        from ..predictive import monte_carlo, normal, student_t
         mean, prec = q
         if mean.gaussian and prec.fixed:
             return normal(mean.centred_mean, mean.var + 1.0 / np.asarray(prec.value, dtype=float),
@@ -127,7 +127,7 @@ def _mean_sums(mean, w, x1, target, plates):
     """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
     when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
     two latent vectors), else None (then the caller reads the parent's moments)."""
-    f = getattr(mean, "moment_sums", None)
+    f = mean.moment_sums
     return None if f is None else f(w, x1, target, plates)
 
 
@@ -151,7 +151,6 @@ class NormalGammaFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """(mu, tau) ~ NormalGamma(m, beta, a, b): Student-t(2a, m, b (beta + 1) / (a beta))."""
-        from ..predictive import student_t
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].centred_params       # location relative to q's shift (docs/dev/numerics.md)
@@ -233,7 +232,7 @@ class MultivariateNormalFactor(Conditional):
         """A latent vector without weights: sum_n <E eta, (E x_n, E x_n x_n^T)> - E[A] as
         two contractions over the entries (the prior's parameters are not broadcast to
         every entry, and no per-entry product of the (entries, D, D) moments is formed)."""
-        if x.value is not None or w is not None or getattr(x, "cells", None) is not None \
+        if x.value is not None or w is not None or x.cells is not None \
                 or _has_log_h(self.node.family):
             return super().weighted_loglik(x, u, w)
         from ..deterministic import _second_terms
@@ -265,7 +264,6 @@ class MultivariateNormalFactor(Conditional):
         """Gaussian mean, fixed precision L: N(E m, Cov m + L^-1). Fixed mean, Wishart(nu, W)
         precision: multivariate t with nu - D + 1 degrees of freedom and shape
         W^-1 / (nu - D + 1). Both random: Monte Carlo over q."""
-        from ..predictive import MultivariateT
         mean, prec = q
         if mean.gaussian and prec.fixed:
             return MultivariateT(np.inf, mean.centred_mean, mean.cov + np.linalg.inv(prec.value),
@@ -308,7 +306,6 @@ class NormalWishartFactor(Conditional):
     def predictive(self, q, plates, ctx):
         """(mu, L) ~ NormalWishart(m, beta, nu, W): multivariate t with df = nu - D + 1,
         location m and shape W^-1 (1 + beta) / (beta df)."""
-        from ..predictive import MultivariateT
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].centred_params       # location relative to q's shift (docs/dev/numerics.md)
@@ -349,7 +346,6 @@ class DiagonalGammaFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Gaussian mean, fixed precisions tau: N(E m, Cov m + diag(1/tau)); else Monte Carlo."""
-        from ..predictive import MultivariateT
         mean, prec = q
         if mean.gaussian and prec.fixed:
             D = np.shape(mean.mean)[-1]

@@ -326,6 +326,7 @@ class DirichletAlphaFactor(Conditional):
 
     conjugate = False
     caches = ("_memo",)   # the last (moments, terms): the ELBO and the message share them
+    _memo = None
 
     def describe(self):
         return f"Dirichlet(alpha={self.parents[0].name}) of {self.node.label()}"
@@ -348,7 +349,7 @@ class DirichletAlphaFactor(Conditional):
         gradient in each alpha_k's (E log alpha_k, E alpha_k); shapes lead, lead + (K,)."""
         (la, a), = u
         la, a = np.asarray(la, dtype=float), np.asarray(a, dtype=float)
-        memo = getattr(self, "_memo", None)
+        memo = self._memo
         if memo is not None and np.array_equal(memo[0], la) and np.array_equal(memo[1], a):
             return memo[2]
         if is_point(la, a):           # a point mass (or data): T at the point

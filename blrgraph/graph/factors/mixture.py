@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..node import ChildData
+from ...predictive import MixturePredictive
+from ..base import ChildData
 from ..plates import broadcast_plates, reduce_to
 from ..suffstats import FlatStats
 from .base import Conditional
@@ -16,12 +17,13 @@ class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
     caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache")
+    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = None
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
         z = parents[0]
-        from ..node import Node
-        if not isinstance(z, Node) or not getattr(getattr(z, "provides", None), "is_label", False):
+        from ..base import Node
+        if not isinstance(z, Node) or z.provides is None or not z.provides.is_label:
             raise TypeError(f"{node.label()}: the first argument of Mixture must be a Categorical "
                             f"node (the assignments z), got {z!r}")
         self.component = component(node, parents[1:], component_slots, **fixed)
@@ -33,7 +35,7 @@ class MixtureFactor(Conditional):
             raise ValueError(f"{node.label()}: the component parameters have no plates; put the "
                              f"K components on their last plate axis (e.g. plates=(K,))")
         self.K = cplates[-1]
-        Kz = (z.nat if getattr(z, "nat", None) is not None else z.moments())[0].shape[-1]
+        Kz = (z.nat if z.nat is not None else z.moments())[0].shape[-1]
         if Kz != self.K:
             raise ValueError(f"{node.label()}: z '{z.name}' has {Kz} categories but the component "
                              f"parameters have {self.K} entries on their last plate axis")
@@ -117,7 +119,7 @@ class MixtureFactor(Conditional):
             s += 1
         if any(z != 1 for z in zp[s:]):
             return None   # z and the parameters vary along the same axis: per-entry formulas
-        cached = getattr(self, "_flat_cache", None)
+        cached = self._flat_cache
         if cached is not None and cached[0] is x.value:
             fs = cached[1]
         else:
@@ -147,7 +149,7 @@ class MixtureFactor(Conditional):
     def _weighted_phi(self, fs, R, C, w):
         """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
         counts) -- kept while the same weights come back."""
-        cached = getattr(self, "_wphi_cache", None)
+        cached = self._wphi_cache
         if w is None:
             if cached is None or cached[0] is not fs or cached[1] is not None:
                 self._wphi_cache = cached = (fs, None, fs.Phi.reshape(R, C * fs.layout.P))
@@ -187,7 +189,7 @@ class MixtureFactor(Conditional):
         else:
             key = (fs, w)
         refs = key + tuple(ucomp)
-        cached = getattr(self, "_rowll_cache", None)
+        cached = self._rowll_cache
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(a is b for a, b in zip(cached[0], refs)):
             return cached[1]
@@ -208,7 +210,7 @@ class MixtureFactor(Conditional):
         so the last result is kept, keyed on the identity of its inputs (moment
         tuples are replaced, never modified, when a node is updated)."""
         refs = (x.value if x.value is not None else x.moments,) + tuple(ucomp)
-        cached = getattr(self, "_ll_cache", None)
+        cached = self._ll_cache
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(a is b for a, b in zip(cached[0], refs)):
             return cached[1]
@@ -260,15 +262,15 @@ class MixtureFactor(Conditional):
     def _factored_q(self):
         """q(z) when it is factored (families/gathered.py: a sum of gathered tables)."""
         z = self.parents[0]
-        q = getattr(z, "_factored", None)
-        return None if q is None or getattr(z, "point", False) else q
+        q = z._factored
+        return None if q is None or z.point else q
 
     def _factored_loglik(self, x, u, w):
         """The ELBO term sum_n w_n sum_k q_n(k) E[log p(x_n | theta_k)] of a factored q(z)
         with a component that gives its log-likelihoods as a gathered table (LDA's words):
         the table times one scatter of q, without q's entries x K array; None otherwise."""
         q = self._factored_q()
-        if q is None or getattr(x, "cells", None) is not None:
+        if q is None or x.cells is not None:
             return None
         terms = self.component.loglik_terms(x, u[1:], self.node.plates)
         if terms is None or len(terms[0]) != 1:
@@ -277,7 +279,7 @@ class MixtureFactor(Conditional):
 
     def message(self, i, x, u, w, target):
         q = self._factored_q() if i > 0 else None
-        hook = getattr(self.component, "factored_counts", None)
+        hook = self.component.factored_counts
         if q is not None and hook is not None and i == 1 and len(self.component.parents) == 1:
             fast = hook(q, x, w, target)   # a mixture of Categoricals: one scatter of q(z)
             if fast is not None:
@@ -350,7 +352,6 @@ class MixtureFactor(Conditional):
         each entry's q(z) (one-hot for observed assignments). With ``ctx.values`` (new
         rows, NaN = missing cells) the weights are the assignment probabilities of each
         row given its observed cells, and vector components are conditioned on them."""
-        from ..predictive import MixturePredictive
         zq = q[0]
         comp = self.component_predictive(q, ctx)
         if zq.kind == "fixed":

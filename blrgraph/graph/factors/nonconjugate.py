@@ -55,7 +55,8 @@ from ...families.bernoulli import Bernoulli as BernoulliFamily
 from ...families.categorical import Categorical as CategoricalFamily
 from ...families.normal import Normal as NormalFamily
 from ...families.poisson import Poisson as PoissonFamily
-from ..node import Node
+from ...predictive import monte_carlo
+from ..base import Node
 from ..plates import wsum
 from .base import Conditional, Slot
 
@@ -147,8 +148,8 @@ class _GaussianLinkFactor(Conditional):
     link = "a"
 
     def _wrap(self, p, slot):
-        if isinstance(p, Node) and not isinstance(getattr(p, "provides", None), NormalFamily):
-            got = getattr(getattr(p, "provides", None), "name", "a node")
+        if isinstance(p, Node) and not isinstance(p.provides, NormalFamily):
+            got = p.provides.name if p.provides is not None else "a node"
             raise TypeError(f"{self.node.label()}: {self.link}= is {p.label()} ({got} moments); it "
                             f"must publish Normal moments per entry: a linear predictor bg.Dot(X, w) "
                             f"with w a MultivariateNormal, a Normal node, or an array")
@@ -176,7 +177,6 @@ class _GaussianLinkFactor(Conditional):
         """Monte Carlo over q of the linear predictor (graph/predictive.py), with the exact
         mean E[A'(a)] (the expectations of the fit) and variance (:meth:`predictive_var`)
         when a is Gaussian under q."""
-        from ..predictive import monte_carlo
         if q[0].fixed or not q[0].gaussian:
             return super().predictive(q, plates, ctx)
         m, v = np.asarray(q[0].mean, dtype=float), np.asarray(q[0].var, dtype=float)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
+from ...predictive import beta_prime, lomax, negative_binomial
 from ..plates import wsum
 from .base import Conditional
 
@@ -34,7 +35,6 @@ class GammaFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Gamma(k, r) with r ~ Gamma(a, b): beta-prime(k, a, scale b)."""
-        from ..predictive import beta_prime
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].params
@@ -59,7 +59,6 @@ class ExponentialFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Exponential(r) with r ~ Gamma(a, b): Lomax(a, scale b)."""
-        from ..predictive import lomax
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].params
@@ -84,7 +83,6 @@ class PoissonFactor(Conditional):
 
     def predictive(self, q, plates, ctx):
         """Poisson(r) with r ~ Gamma(a, b): negative binomial (n = a, p = b / (b + 1))."""
-        from ..predictive import negative_binomial
         if q[0].kind != "q":
             return super().predictive(q, plates, ctx)
         p = q[0].params
