@@ -407,6 +407,12 @@ def test_a_long_bad_cell_is_echoed_in_at_most_80_characters(tmp_path):
     (lambda: bg.Normal(0.0, 1.0, 2.0), TypeError,
      "Normal: takes at most 2 parameters (mean, precision) before the keywords, got 3"),
     (lambda: bg.Normal(name="m"), TypeError, "Normal 'm': missing a required argument: 'mean'"),
+    # the name is a keyword of every node constructor: a string in its place is refused, saying so
+    (lambda: bg.Poisson(1.0, "x"), TypeError,
+     "Poisson: takes at most 1 parameter (rate) before the keywords, got 2; a node's name is a "
+     "keyword: name='x'; its parameters are Poisson(rate, log_rate=, plates=, name=)"),
+    (lambda: bg.Bernoulli(0.3, "b"), TypeError, "a node's name is a keyword: name='b'"),
+    (lambda: bg.Normal(0.0, 1.0, "m"), TypeError, "got 3; a node's name is a keyword: name='m'"),
     (lambda: bg.NormalGamma(0.0, 1.0, 1.0), TypeError,
      "NormalGamma: give its 4 parameters NormalGamma(mean, beta, shape, rate), got 3"),
     (lambda: bg.Beta("2", 3.0, name="p"), TypeError,

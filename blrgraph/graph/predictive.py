@@ -24,7 +24,8 @@ from ..families._scalar_helpers import beta_binomial_logpmf
 from ..families.base import object_array
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
-from .inputs import check_count, check_level, check_mask, check_seed, check_size, check_values
+from .inputs import (check_count, check_level, check_mask, check_seed, check_size, check_values,
+                     fill_masked)
 
 LOG2PI = np.log(2.0 * np.pi)
 
@@ -117,6 +118,8 @@ class Predictive:
         """sum over entries (where ``mask`` is True) of logpdf(values): held-out scoring."""
         if mask is not None:
             mask = check_mask(f"{self.where}.log_predictive", mask, self.plates)
+            if isinstance(self.value_ndim, int):     # NaN where masked out: not scored
+                values = fill_masked(values, mask, self.plates, self.value_ndim)
         lp = np.broadcast_to(self.logpdf(values), self.plates)
         if mask is not None:
             m = np.broadcast_to(mask, self.plates)
@@ -1276,8 +1279,8 @@ def _first_bad(bad):
 
 
 def _check_design(node, dot, X):
-    """New design rows of ``dot = Dot(X, w)``: numbers, D columns, no infinite cell (NaN
-    cells are missing covariates, handled by the predictive)."""
+    """New design rows of ``dot = Dot(X, w)``: numbers, D columns, every cell finite (a
+    covariate cannot be missing, as in ``Dot(X, w)`` itself: NaN would give NaN means)."""
     where = f"{node.label()}.predictive(inputs=...)"
     try:
         v = np.asarray(X, dtype=float)
@@ -1289,10 +1292,14 @@ def _check_design(node, dot, X):
     if v.ndim == 0 or v.shape[-1] != D:
         raise ValueError(f"{where}: the new rows of {dot.label()} must have the {D} columns of "
                          f"its X (shape (M, {D})), got shape {v.shape}")
-    inf = np.isinf(v)
-    if inf.any():
-        raise ValueError(f"{where}: the new rows of {dot.label()} hold an infinite value "
-                         f"({_first_bad(inf)}); give finite numbers")
+    bad = ~np.isfinite(v)
+    if bad.any():
+        if np.isinf(v).any():
+            bad, what, fix = np.isinf(v), "an infinite value", "give finite numbers"
+        else:
+            what, fix = "NaN", "a covariate cannot be missing: impute it or leave the row out"
+        raise ValueError(f"{where}: the new rows of {dot.label()} hold {what} ({_first_bad(bad)}); "
+                         f"{fix}")
     return v
 
 
