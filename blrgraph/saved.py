@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .graph.node import Posterior
-from .inference.checkpoint import _digest, check_path, read_npz
+from .inference.checkpoint import check_path, checksum, read_npz
 from .inference.jsonify import plain as _plain
 
 FORMAT = "blrgraph-fit"
@@ -69,13 +69,8 @@ def file_sha256(path):
     return h.hexdigest()
 
 
-def _fit_digest(info, data):
-    """SHA-256 of the arrays and of every metadata entry but ``sha256`` itself (the
-    metadata as JSON with sorted keys, as read back from the file)."""
-    rest = {k: v for k, v in info.items() if k != "sha256"}
-    h = hashlib.sha256(_digest(data).encode())
-    h.update(json.dumps(rest, sort_keys=True, default=_plain).encode("utf-8"))
-    return h.hexdigest()
+#: SHA-256 of the arrays and of every metadata entry but ``sha256`` itself (as a checkpoint's)
+_fit_digest = checksum
 
 
 def save_fit(fit, path, *, model=None, options=None, method=None, arrays=(), seed=None,

@@ -22,14 +22,7 @@ from test_dask import gmm_data  # noqa: E402
 REL = 1e-10
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=40)
-    c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
+DASK_WORKERS = 1   # the shared client fixture (tests/conftest.py)
 
 
 def _gmm(data, m0, K=3):

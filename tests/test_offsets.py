@@ -29,7 +29,7 @@ SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def close(got, want, rtol=RTOL, scale=0.0, what=""):
+def assert_close(got, want, rtol=RTOL, scale=0.0, what=""):
     """|got - want| <= rtol (|want| + scale), elementwise."""
     got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
     err = np.abs(got - want)
@@ -136,8 +136,8 @@ def mp_mvn_known_precision(X, m0, L0, L):
 
 def assert_result(res, params, lev, scales, rtol=1e-12):
     for k, v in params.items():
-        close(res.params[k], v, rtol, scale=scales.get(k, 0.0), what=k)
-    close(res.log_evidence, lev, rtol, scale=1.0, what="log evidence")
+        assert_close(res.params[k], v, rtol, scale=scales.get(k, 0.0), what=k)
+    assert_close(res.log_evidence, lev, rtol, scale=1.0, what="log evidence")
 
 
 @SETTINGS
@@ -174,7 +174,7 @@ def test_closed_form_normal_gamma_kept_its_digits_where_it_used_to_lose_them():
     the rate); about a data point nothing is lost."""
     x, _ = data(3, 100, 1e8, 1e-3)
     params, _ = mp_normal_gamma(x, 1e8, 1.0, 1.0, 1e-6)
-    close(cf.normal_gamma(x, 1e8, 1.0, 1.0, 1e-6).params["rate"], params["rate"], 1e-13)
+    assert_close(cf.normal_gamma(x, 1e8, 1.0, 1.0, 1e-6).params["rate"], params["rate"], 1e-13)
 
 
 # ---------------------------------------------------------------------------
@@ -197,9 +197,9 @@ def test_normal_gamma_joint_equals_closed_form(offset, scale, n, seed, k0, metho
     ref = cf.normal_gamma(x, m0, k0, 1.5, b0)
     p = th.posterior.params
     for k, v in ref.params.items():
-        close(p[k], v, scale=scale if k == "mean" else 0.0, what=k)
-    close(th.posterior.mean[0], ref.params["mean"], scale=scale, what="posterior.mean")
-    close(fit.elbo, ref.log_evidence, scale=1.0, what="ELBO = log evidence")
+        assert_close(p[k], v, scale=scale if k == "mean" else 0.0, what=k)
+    assert_close(th.posterior.mean[0], ref.params["mean"], scale=scale, what="posterior.mean")
+    assert_close(fit.elbo, ref.log_evidence, scale=1.0, what="ELBO = log evidence")
 
 
 @SETTINGS
@@ -213,17 +213,17 @@ def test_normal_known_precision_and_gamma_known_mean_equal_closed_form(offset, s
     y = bg.Normal(mu, p, name="y").observe(x)
     _fit(y, method)
     ref = cf.normal_known_precision(x, m0, k0 * p, p)
-    close(mu.posterior.mean, ref.params["mean"], scale=scale, what="mean")
-    close(mu.posterior.params["precision"], ref.params["precision"], what="precision")
+    assert_close(mu.posterior.mean, ref.params["mean"], scale=scale, what="mean")
+    assert_close(mu.posterior.params["precision"], ref.params["precision"], what="precision")
     lo, hi = mu.posterior.to_scipy().interval(0.5)
-    close(0.5 * (lo + hi), ref.params["mean"], scale=scale, what="to_scipy location")
+    assert_close(0.5 * (lo + hi), ref.params["mean"], scale=scale, what="to_scipy location")
 
     tau = bg.Gamma(2.0, 3.0 * scale ** 2, name="tau")
     y = bg.Normal(m0, tau, name="y").observe(x)
     _fit(y, method)
     ref = cf.gamma_known_mean(x, m0, 2.0, 3.0 * scale ** 2)
     for k, v in ref.params.items():
-        close(tau.posterior.params[k], v, what=k)
+        assert_close(tau.posterior.params[k], v, what=k)
 
 
 @SETTINGS
@@ -247,7 +247,7 @@ def test_normal_gamma_plates_per_column_offsets_and_masks(n, p, seed, frac, meth
     for d in range(p):
         ref = cf.normal_gamma(X[mask[:, d], d], m0[d], 0.1, 1.0, scs[d] ** 2).params
         for k, v in ref.items():
-            close(post[k][d], v, scale=scs[d] if k == "mean" else 0.0, what=f"{k}[{d}]")
+            assert_close(post[k][d], v, scale=scs[d] if k == "mean" else 0.0, what=f"{k}[{d}]")
 
 
 @SETTINGS
@@ -268,16 +268,16 @@ def test_normal_wishart_and_mvn_equal_closed_form(offset, scale, n, seed, k0, me
     ref = cf.normal_wishart(X[mask], m0, k0, 3.0, W0).params
     post = th.posterior.params
     for k, v in ref.items():
-        close(post[k], v, scale=scale if k == "mean" else 0.0, what=k)
-    close(th.posterior.mean[0], ref["mean"], scale=scale, what="posterior.mean")
+        assert_close(post[k], v, scale=scale if k == "mean" else 0.0, what=k)
+    assert_close(th.posterior.mean[0], ref["mean"], scale=scale, what="posterior.mean")
 
     L = np.array([[2.0, -0.3], [-0.3, 1.0]]) / scale ** 2
     mu = bg.MultivariateNormal(m0, k0 * L, name="mu")
     y = bg.MultivariateNormal(mu, L, name="y").observe(X, mask=mask)
     _fit(y, method)
     ref = cf.mvn_known_precision(X[mask], m0, k0 * L, L).params
-    close(mu.posterior.mean, ref["mean"], scale=scale, what="mean")
-    close(mu.posterior.params["precision"], ref["precision"], what="precision")
+    assert_close(mu.posterior.mean, ref["mean"], scale=scale, what="mean")
+    assert_close(mu.posterior.params["precision"], ref["precision"], what="precision")
 
 
 @pytest.mark.parametrize("offset", [1e8, -1e6])
@@ -288,14 +288,14 @@ def test_a_million_points_at_a_large_offset(offset):
     _fit(y, "conjugate")
     ref = cf.normal_gamma(x, offset, 1.0, 1.0, 1e-6).params
     for k, v in ref.items():
-        close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
+        assert_close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
     X = np.column_stack([x, -x + 2 * offset + 1e-3 * rng.standard_normal(x.size)])
     nw = bg.NormalWishart(np.array([offset, offset]), 1.0, 3.0, np.eye(2) * 1e6, name="nw")
     y = bg.MultivariateNormal(nw, name="y").observe(X)
     _fit(y, "vmp")
     ref = cf.normal_wishart(X, np.array([offset, offset]), 1.0, 3.0, np.eye(2) * 1e6).params
     for k, v in ref.items():
-        close(nw.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
+        assert_close(nw.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
 
 
 def test_issue_case_normal_gamma_at_1e8_over_ten_seeds():
@@ -307,7 +307,7 @@ def test_issue_case_normal_gamma_at_1e8_over_ten_seeds():
         _fit(y, "conjugate")
         ref = cf.normal_gamma(x, 0.0, 1e-6, 1.0, 1.0).params
         for k, v in ref.items():
-            close(th.posterior.params[k], v, what=k)
+            assert_close(th.posterior.params[k], v, what=k)
 
 
 def test_posterior_values_are_in_the_data_coordinates():
@@ -354,8 +354,8 @@ def test_zoo_gmm_at_large_offsets_converges_as_at_zero_with_a_monotone_trace(cov
     for offset in (1e6, 1e8):
         it, elbo, p = runs[offset]
         assert abs(it - it0) <= 2
-        close(elbo, elbo0, rtol=1e-8, what="ELBO")
-        close(p["mean"] - offset, p0["mean"], rtol=1e-6, scale=1.0, what="component means")
+        assert_close(elbo, elbo0, rtol=1e-8, what="ELBO")
+        assert_close(p["mean"] - offset, p0["mean"], rtol=1e-6, scale=1.0, what="component means")
 
 
 def test_cli_fit_gmm_on_a_table_at_1e8(tmp_path):
@@ -465,11 +465,11 @@ def test_fits_are_translation_equivariant(build, offset):
     loc1, rest1, fit1 = build(offset)
     ulp = np.spacing(offset)
     for k in loc0:
-        close(loc1[k] - offset, loc0[k], scale=4 * ulp / RTOL, what=k)
+        assert_close(loc1[k] - offset, loc0[k], scale=4 * ulp / RTOL, what=k)
     for k in rest0:
-        close(rest1[k], rest0[k], scale=1e-12, what=k)
+        assert_close(rest1[k], rest0[k], scale=1e-12, what=k)
     assert abs(fit1.n_iter - fit0.n_iter) <= 1
-    close(fit1.elbo, fit0.elbo, scale=1.0, what="ELBO")
+    assert_close(fit1.elbo, fit0.elbo, scale=1.0, what="ELBO")
 
 
 def test_a_gather_whose_source_has_as_many_entries_as_the_data_keeps_one_coordinate_system():
@@ -481,8 +481,8 @@ def test_a_gather_whose_source_has_as_many_entries_as_the_data_keeps_one_coordin
     y = bg.Normal(mu[g], 1.0, name="y").observe(x)
     _fit(y, "conjugate")
     want = (1e-8 * 1e8 + x[np.argsort(g)]) / (1.0 + 1e-8)
-    close(mu.posterior.mean, want, scale=1.0)
-    close(mu.posterior.params["precision"], np.full(5, 1.0 + 1e-8))
+    assert_close(mu.posterior.mean, want, scale=1.0)
+    assert_close(mu.posterior.params["precision"], np.full(5, 1.0 + 1e-8))
 
 
 @SETTINGS
@@ -505,7 +505,7 @@ def test_normal_wishart_plates_with_an_offset_per_plate_entry(n, p, seed, method
     for j in range(p):
         ref = cf.normal_wishart(X[mask[:, j], j], offs[j], 0.5, 3.0, W0[j]).params
         for k, v in ref.items():
-            close(post[k][j], v, scale=scs[j] if k == "mean" else 0.0, what=f"{k}[{j}]")
+            assert_close(post[k][j], v, scale=scs[j] if k == "mean" else 0.0, what=f"{k}[{j}]")
 
 
 @pytest.mark.parametrize("method", ["em", "svi"])
@@ -518,9 +518,9 @@ def test_zoo_gmm_em_and_svi_at_1e8_equal_the_fit_at_zero(method):
         fit = model.fit(method, seed=0, **opts)
         nw = [n for n in model.latent if type(n.family).__name__ == "NormalWishart"][0]
         out[offset] = (fit.elbo, nw.posterior.params)
-    close(out[1e8][0], out[0.0][0], rtol=1e-7, what="objective")
-    close(out[1e8][1]["mean"] - 1e8, out[0.0][1]["mean"], rtol=1e-6, scale=1.0, what="means")
-    close(out[1e8][1]["scale"], out[0.0][1]["scale"], rtol=1e-6, scale=1e-3, what="scales")
+    assert_close(out[1e8][0], out[0.0][0], rtol=1e-7, what="objective")
+    assert_close(out[1e8][1]["mean"] - 1e8, out[0.0][1]["mean"], rtol=1e-6, scale=1.0, what="means")
+    assert_close(out[1e8][1]["scale"], out[0.0][1]["scale"], rtol=1e-6, scale=1e-3, what="scales")
 
 
 def test_a_prior_far_from_zero_with_a_small_rate_is_built_and_kept_exactly():
@@ -531,15 +531,15 @@ def test_a_prior_far_from_zero_with_a_small_rate_is_built_and_kept_exactly():
     y = bg.Normal(0.0, tau, name="y").observe(np.ones(3))
     bg.Model(y, th).fit("vmp")
     p = th.posterior.params
-    close(p["mean"], [1e8, -2e8])
-    close(p["rate"], [1e-6, 1e-6])
+    assert_close(p["mean"], [1e8, -2e8])
+    assert_close(p["rate"], [1e-6, 1e-6])
     x, _ = data(5, 20, 1e8, 1e-3)
     th = bg.NormalGamma(1e8, 1e-3, 2.0, 1e-6, name="th")
     y = bg.Normal(th, name="y").observe(x)
     _fit(y, "conjugate")
     ref = cf.normal_gamma(x, 1e8, 1e-3, 2.0, 1e-6).params
     for k, v in ref.items():
-        close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
+        assert_close(th.posterior.params[k], v, scale=1e-3 if k == "mean" else 0.0, what=k)
 
 
 def test_checkpoint_keeps_the_shift_and_converts_into_another(tmp_path):
@@ -560,4 +560,4 @@ def test_checkpoint_keeps_the_shift_and_converts_into_another(tmp_path):
     assert th_other.family.shift != th.family.shift
     other.load(path)
     for k, v in th.posterior.params.items():
-        close(th_other.posterior.params[k], v, what=k)
+        assert_close(th_other.posterior.params[k], v, what=k)

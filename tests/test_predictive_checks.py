@@ -11,6 +11,7 @@ from scipy import stats
 
 import blrgraph as bg
 from blrgraph.families._scalar_helpers import beta_binomial_logpmf, lgamma_diff
+from blrgraph.families import FAMILIES
 
 mpmath = pytest.importorskip("mpmath")
 
@@ -131,6 +132,70 @@ def test_an_infinite_input_cell_is_refused_naming_row_and_column(fitted):
     z = fitted["x"].factor.parents[0]
     with pytest.raises(ValueError, match=r"inputs\['x'\] hold an infinite value \(row 1, column 0\)"):
         z.predictive(inputs={"x": rows})
+
+
+def test_a_nan_design_row_is_refused_naming_the_dot_row_and_column(fitted):
+    """A covariate cannot be missing (as in Dot(X, w) itself): NaN in new design rows used to
+    give NaN means silently; now refused where it enters, by every route to the predictive."""
+    yr = fitted["yr"]
+    dot = yr.factor.parents[0]
+    X = np.array([[1.0, 0.5], [0.0, np.nan]])
+    msg = (r"^Normal 'yr'.predictive\(inputs=...\): the new rows of Dot '.*' hold NaN "
+           r"\(row 1, column 1\); a covariate cannot be missing: impute it or leave the row out$")
+    for call in (lambda: yr.predictive(X), lambda: yr.predictive(inputs={dot.name: X}),
+                 lambda: bg.log_predictive(yr, [0.0, 1.0], inputs=X)):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    good = yr.predictive(X[:1])                  # the finite row alone still predicts
+    assert np.all(np.isfinite(good.mean)) and good.mean.shape == (1,)
+
+
+def test_nan_values_are_refused_by_logpdf_and_left_out_where_masked(fitted):
+    """logpdf of NaN is not a number: refused (naming the node and the entry); a held-out
+    score skips NaN where the mask leaves the entry out, and equals the score of the
+    other entries."""
+    pred = fitted["y"].predictive()
+    v = np.linspace(-1.0, 1.0, 20)
+    bad = v.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match=r"^Normal 'y'.predictive\(\).logpdf: values hold NaN "
+                                         r"\(entry \(3,\)\); a missing value has no density"):
+        pred.logpdf(bad)
+    with pytest.raises(ValueError, match=r"values hold NaN \(entry \(3,\)\)"):
+        bg.log_predictive(fitted["y"], bad)
+    keep = ~np.isnan(bad)
+    want = float(np.sum(pred.logpdf(v)[keep]))
+    assert pred.log_predictive(bad, mask=keep) == want
+    assert bg.log_predictive(fitted["y"], bad, mask=keep) == want
+    assert pred.logpdf(np.inf)[0] == -np.inf     # a density at infinity is 0: not refused
+
+
+def _mp_binom_logpmf(k, n, eta):
+    mpmath.mp.dps = 60
+    k, n, eta = (mpmath.mpf(v) for v in (k, n, eta))
+    lg = mpmath.loggamma
+    logp, logq = -mpmath.log1p(mpmath.exp(-eta)), -mpmath.log1p(mpmath.exp(eta))
+    return float(lg(n + 1) - lg(k + 1) - lg(n - k + 1) + k * logp + (n - k) * logq)
+
+
+@pytest.mark.parametrize("k, n, p", [
+    (3e14, 1e15, 0.3), (3e14 + 12345, 1e15, 0.3), (5, 1e15, 1e-14), (1e15 - 3, 1e15, 1 - 1e-15),
+    (2 ** 52, 2 ** 53, 0.5), (0, 1e15, 1e-16), (1e15, 1e15, 0.999), (499_999, 1e6, 0.5),
+    (37, 100, 0.4), (7, 20, 0.4), (0, 20, 0.1), (61, 99, 0.7), (1e12 + 1, 1e12, 0.5),
+])
+def test_binomial_logpmf_equals_60_digit_arithmetic(k, n, p):
+    """log Bin(k | n, p) by Loader's saddle-point form for n >= 100 (docs/math.md §6.3):
+    the lnΓ difference gave -25.44 at k = 3e14, n = 1e15 where the answer is -17.408
+    (scipy's binom: -25.53). Exact to a few units of the last digit, from the natural
+    parameter eta = logit p the family holds; -inf off the support."""
+    fam = FAMILIES["Binomial"](n)
+    eta = float(np.log(p) - np.log1p(-p))
+    got = float(fam.logpdf(k, (np.asarray(eta),)))
+    if k > n:
+        assert got == -np.inf
+        return
+    want = _mp_binom_logpmf(k, n, eta)
+    assert abs(got - want) <= 1e-14 * max(abs(want), 1.0), (got, want)
 
 
 def _mp_logpmf(k, n, a, b):

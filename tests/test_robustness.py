@@ -73,7 +73,7 @@ def _rewrite(src, dst, meta_fn=None, arrays_fn=None):
         meta_fn(meta)
     if arrays_fn is not None:
         arrays_fn(arrays)
-    meta["sha256"] = checkpoint._digest(arrays)
+    meta["sha256"] = checkpoint.checksum(meta, arrays)
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(dst, **arrays, **{checkpoint._META: blob})
     return dst
@@ -160,6 +160,61 @@ def test_load_refuses_a_bad_svi_state(tmp_path, meta_fn, arrays_fn, words):
     assert getattr(fresh, "svi_state", None) is None
     fresh.load(good)
     assert fresh.svi_state["t"] == 3
+
+
+def _tamper(src, dst, meta_fn=None, arrays_fn=None):
+    """A copy of checkpoint ``src`` edited by hand, its SHA-256 left as it was."""
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays.pop(checkpoint._META)).decode())
+    if meta_fn is not None:
+        meta_fn(meta)
+    if arrays_fn is not None:
+        arrays_fn(arrays)
+    blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(dst, **arrays, **{checkpoint._META: blob})
+    return dst
+
+
+@pytest.mark.parametrize("meta_fn, arrays_fn", [
+    (_set("point", ["w"]), None),                  # the posterior made a point mass
+    (_set("fitted", []), None),
+    (_set("fit", {"method": "vmp", "n_iter": 1, "converged": True, "objective": 0.0}), None),
+    (_set("omitted", ["w"]), None),
+    (lambda meta: meta["nodes"][0].update(plates=[7]), None),
+    (None, _array("nat/w/0", lambda a: a + 1.0)),
+])
+def test_an_edited_checkpoint_is_refused_in_one_line_before_changing_any_node(tmp_path, meta_fn,
+                                                                              arrays_fn):
+    """The checksum covers the metadata and the arrays (version 2): an edit that keeps the
+    old SHA-256 is refused as corrupt, naming the file and what to do, on one line."""
+    fitted = _dirichlet_model()
+    fitted.fit("conjugate")
+    good = fitted.save(tmp_path / "good.npz")
+    bad = _tamper(good, tmp_path / "bad.npz", meta_fn, arrays_fn)
+    fresh = _dirichlet_model()
+    before = [a.copy() for a in fresh["w"].nat]
+    with pytest.raises(ValueError) as e:
+        fresh.load(bad)
+    msg = str(e.value)
+    assert msg == (f"{bad}: the checkpoint is corrupt or was edited (checksum mismatch); "
+                   f"write it again with model.save")
+    assert "\n" not in msg
+    for a, b in zip(before, fresh["w"].nat):
+        np.testing.assert_array_equal(a, b)
+    assert not fresh["w"].fitted
+
+
+def test_a_version_1_checkpoint_is_refused_saying_why(tmp_path):
+    """Version 1 checksums covered the arrays only: reading one would trust its metadata."""
+    fitted = _dirichlet_model()
+    fitted.fit("conjugate")
+    good = fitted.save(tmp_path / "good.npz")
+    old = _rewrite(good, tmp_path / "old.npz", _set("version", 1))
+    with pytest.raises(ValueError, match=r"checkpoint version 1 is not supported \(written by an "
+                                         r"older blrgraph whose checksum did not cover the "
+                                         r"metadata; save it again with model.save\)"):
+        _dirichlet_model().load(old)
 
 
 # ---- inputs refused where they enter -----------------------------------------------------------
@@ -352,6 +407,12 @@ def test_a_long_bad_cell_is_echoed_in_at_most_80_characters(tmp_path):
     (lambda: bg.Normal(0.0, 1.0, 2.0), TypeError,
      "Normal: takes at most 2 parameters (mean, precision) before the keywords, got 3"),
     (lambda: bg.Normal(name="m"), TypeError, "Normal 'm': missing a required argument: 'mean'"),
+    # the name is a keyword of every node constructor: a string in its place is refused, saying so
+    (lambda: bg.Poisson(1.0, "x"), TypeError,
+     "Poisson: takes at most 1 parameter (rate) before the keywords, got 2; a node's name is a "
+     "keyword: name='x'; its parameters are Poisson(rate, log_rate=, plates=, name=)"),
+    (lambda: bg.Bernoulli(0.3, "b"), TypeError, "a node's name is a keyword: name='b'"),
+    (lambda: bg.Normal(0.0, 1.0, "m"), TypeError, "got 3; a node's name is a keyword: name='m'"),
     (lambda: bg.NormalGamma(0.0, 1.0, 1.0), TypeError,
      "NormalGamma: give its 4 parameters NormalGamma(mean, beta, shape, rate), got 3"),
     (lambda: bg.Beta("2", 3.0, name="p"), TypeError,

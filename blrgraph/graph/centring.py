@@ -69,8 +69,18 @@ def _boundary(node):
     if isinstance(node, Dot):
         return node.X is not None
     if isinstance(node, Add):
-        return all(_boundary(p) or not p.deterministic for p in node.operands)
+        return all(_boundary(p) or not p.deterministic or _gate_of_group(p)
+                   for p in node.operands)
     return False
+
+
+def _gate_of_group(node):
+    """A ``Gate`` over the last plate axis of Gaussian components (an additive factorial
+    HMM's ``Add(Gate(c1, m1), Gate(c2, m2))``): it joins its components' location group,
+    and publishes the r-averaged moments of x - c with their shift c, which is all an
+    ``Add`` needs of an operand (deterministic.py: ``_scalar_parts``)."""
+    return isinstance(node, Gate) and node.axis == len(node.node.plates) - 1 \
+        and _locational(node.node)
 
 
 class _Groups:

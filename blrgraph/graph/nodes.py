@@ -57,16 +57,26 @@ def _bind_spec(cls, where, args, kw):
     or unknown argument is refused naming the node and its parameters (not as a
     TypeError of an internal function)."""
     sig = inspect.signature(cls._spec)
-    params = [n for n in sig.parameters if n != "name"]
-    shown = f"; its parameters are {cls.__name__}({', '.join(params)}, plates=, name=)"
     P = inspect.Parameter
     if any(p.kind is P.VAR_POSITIONAL for p in sig.parameters.values()):
         return
-    positional = [n for n, p in sig.parameters.items() if n != "name"
-                  and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    # the parameters before ``name`` may be positional; those after it are keywords only
+    # (``name`` itself is a keyword of the constructor: ``Poisson(1.0, "x")`` does not name it)
+    names = list(sig.parameters)
+    cut = names.index("name") if "name" in names else len(names)
+    positional = [n for n in names[:cut]
+                  if sig.parameters[n].kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    shown = ", ".join(positional + [f"{n}=" for n in names[cut + 1:]] + ["plates=", "name="])
+    shown = f"; its parameters are {cls.__name__}({shown})"
     if len(args) > len(positional):
-        raise TypeError(f"{where}: takes at most {len(positional)} parameters "
-                        f"({', '.join(positional)}) before the keywords, got {len(args)}{shown}")
+        extra = args[len(positional):]
+        hint = ""
+        if any(isinstance(a, str) for a in extra):
+            s = next(a for a in extra if isinstance(a, str))
+            hint = f"; a node's name is a keyword: name={s[:40]!r}"
+        raise TypeError(f"{where}: takes at most {len(positional)} parameter"
+                        f"{'s' if len(positional) != 1 else ''} ({', '.join(positional)}) before "
+                        f"the keywords, got {len(args)}{hint}{shown}")
     try:
         sig.bind(*args, **kw)
     except TypeError as e:

@@ -173,8 +173,8 @@ def _first_bad(bad):
 
 
 def _check_design(node, dot, X):
-    """New design rows of ``dot = Dot(X, w)``: numbers, D columns, no infinite cell (NaN
-    cells are missing covariates, handled by the predictive)."""
+    """New design rows of ``dot = Dot(X, w)``: numbers, D columns, every cell finite (a
+    covariate cannot be missing, as in ``Dot(X, w)`` itself: NaN would give NaN means)."""
     where = f"{node.label()}.predictive(inputs=...)"
     try:
         v = np.asarray(X, dtype=float)
@@ -186,10 +186,14 @@ def _check_design(node, dot, X):
     if v.ndim == 0 or v.shape[-1] != D:
         raise ValueError(f"{where}: the new rows of {dot.label()} must have the {D} columns of "
                          f"its X (shape (M, {D})), got shape {v.shape}")
-    inf = np.isinf(v)
-    if inf.any():
-        raise ValueError(f"{where}: the new rows of {dot.label()} hold an infinite value "
-                         f"({_first_bad(inf)}); give finite numbers")
+    bad = ~np.isfinite(v)
+    if bad.any():
+        if np.isinf(v).any():
+            bad, what, fix = np.isinf(v), "an infinite value", "give finite numbers"
+        else:
+            what, fix = "NaN", "a covariate cannot be missing: impute it or leave the row out"
+        raise ValueError(f"{where}: the new rows of {dot.label()} hold {what} ({_first_bad(bad)}); "
+                         f"{fix}")
     return v
 
 

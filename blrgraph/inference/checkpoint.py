@@ -8,9 +8,11 @@ the metadata (keys and types), every array's shape, that the natural parameters
 lie inside their family's parameter space, and the SVI state, and only then
 writes to the nodes.
 
-The SHA-256 stored in the metadata detects corruption (a damaged or truncated
-file), not tampering: whoever edits the arrays can recompute it. Nothing in a
-checkpoint is executed (no pickle), and the checks above refuse values the
+The SHA-256 stored in the metadata (``sha256``) covers the arrays *and* every other
+metadata entry (version 2; as a fit file's, blrgraph/saved.py), so a file whose
+metadata or arrays were edited without recomputing it is refused as corrupt. It
+detects damage and careless edits, not forgery (anyone can recompute it). Nothing
+in a checkpoint is executed (no pickle), and the checks above refuse values the
 model could not use, but load files from sources you trust.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from .jsonify import plain
 
 FORMAT = "blrgraph-checkpoint"
-VERSION = 1
+VERSION = 2
 _META = "__meta__"
 
 
@@ -43,6 +45,15 @@ def _digest(arrays):
         h.update(str(a.dtype).encode())
         h.update(str(a.shape).encode())
         h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def checksum(meta, arrays):
+    """SHA-256 of the arrays and of every metadata entry but ``sha256`` itself (the
+    metadata as JSON with sorted keys, as read back from the file)."""
+    rest = {k: v for k, v in meta.items() if k != "sha256"}
+    h = hashlib.sha256(_digest(arrays).encode())
+    h.update(json.dumps(rest, sort_keys=True, default=plain).encode("utf-8"))
     return h.hexdigest()
 
 
@@ -107,7 +118,8 @@ def save(model, path):
         meta["fit"] = {"method": res.method, "n_iter": int(res.n_iter),
                        "converged": bool(res.converged), "objective": res.objective}
         arrays["fit/elbo_trace"] = np.asarray(res.elbo_trace, dtype=float)
-    meta["sha256"] = _digest(arrays)
+    meta = json.loads(json.dumps(meta, default=plain))   # as load will read it back
+    meta["sha256"] = checksum(meta, arrays)
     blob = np.frombuffer(json.dumps(meta, default=plain).encode("utf-8"), dtype=np.uint8)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays, **{_META: blob})
@@ -143,13 +155,18 @@ def read_npz(path, what="checkpoint"):
 
 def _read(path):
     meta, data = read_npz(path)
+    if not isinstance(meta, dict):
+        raise _invalid(path, "not a JSON object")
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path}: not a blrgraph checkpoint (format {meta.get('format')!r})")
     if meta.get("version") != VERSION:
-        raise ValueError(f"{path}: checkpoint version {meta.get('version')} is not supported "
-                         f"(this blrgraph reads version {VERSION})")
-    if meta.get("sha256") != _digest(data):
-        raise ValueError(f"{path}: the checkpoint is corrupt (checksum mismatch)")
+        old = (" (written by an older blrgraph whose checksum did not cover the metadata; "
+               "save it again with model.save)") if meta.get("version") == 1 else ""
+        raise ValueError(f"{path}: checkpoint version {str(meta.get('version'))[:20]} is not "
+                         f"supported{old}; this blrgraph reads version {VERSION}")
+    if meta.get("sha256") != checksum(meta, data):
+        raise ValueError(f"{path}: the checkpoint is corrupt or was edited (checksum mismatch); "
+                         f"write it again with model.save")
     return meta, data
 
 
@@ -235,7 +252,7 @@ def _is_int(x, low=0):
 
 
 def _check_meta(path, meta):
-    """Keys and types of the metadata (the checksum does not cover them)."""
+    """Keys and types of the metadata (the checksum covers them, but can be recomputed)."""
     if not isinstance(meta, dict):
         raise _invalid(path, "not a JSON object")
     nodes = meta.get("nodes")

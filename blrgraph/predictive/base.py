@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import check_count, check_level, check_mask, check_seed, check_size, check_values
+from .checks import (check_count, check_level, check_mask, check_seed, check_size, check_values,
+                     fill_masked)
 
 
 LOG2PI = np.log(2.0 * np.pi)
@@ -98,6 +99,8 @@ class Predictive:
         """sum over entries (where ``mask`` is True) of logpdf(values): held-out scoring."""
         if mask is not None:
             mask = check_mask(f"{self.where}.log_predictive", mask, self.plates)
+            if isinstance(self.value_ndim, int):     # NaN where masked out: not scored
+                values = fill_masked(values, mask, self.plates, self.value_ndim)
         lp = np.broadcast_to(self.logpdf(values), self.plates)
         if mask is not None:
             m = np.broadcast_to(mask, self.plates)

@@ -91,7 +91,24 @@ def check_values(where, values, plates, value_ndim, event_shape=None, what="valu
         raise ValueError(f"{where}: {what} of shape {v.shape} do not fit the entries, of shape "
                          f"{tuple(plates)}{ev}; give one value per entry (or a shape that "
                          f"broadcasts to it)")
+    if value_ndim == 0 and v.dtype.kind == "f" and np.isnan(v).any():
+        first = tuple(int(i) for i in np.argwhere(np.isnan(v))[0])
+        raise ValueError(f"{where}: {what} hold NaN (entry {first}); a missing value has no "
+                         f"density: leave it out, or score with log_predictive(values, "
+                         f"mask=~np.isnan(values))")
     return values
+
+
+def fill_masked(values, mask, plates, value_ndim):
+    """``values`` with the entries ``mask`` leaves out set to 0 (a NaN there marks a missing
+    value that is not scored) -- the entries kept are untouched."""
+    v = np.asarray(values)
+    if v.dtype.kind != "f" or not np.isnan(v).any():
+        return values
+    keep = np.broadcast_to(np.asarray(mask, bool), tuple(plates))
+    keep = keep.reshape(keep.shape + (1,) * value_ndim)
+    shape = np.broadcast_shapes(v.shape, keep.shape)
+    return np.where(keep, np.broadcast_to(v, shape), 0.0)
 
 
 def check_mask(where, mask, plates):
