@@ -10,7 +10,7 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
           "local_iters", "local_tol")
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
-BATCH = ("local_restart",)
+BATCH = ("local_restart", "n_jobs")
 #: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
 OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
 
@@ -29,6 +29,7 @@ class FitOptions:
     local_iters: int = None
     local_tol: float = None
     local_restart: bool = None
+    n_jobs: int = None
     batch_size: int = None
     epochs: int = None
     max_steps: int = None
@@ -98,6 +99,8 @@ def parse_options(method, options):
         elif k in _REALS:
             low, high, open_low = _REALS[k]
             options[k] = _real(k, v, method.name, low, high, open_low)
+    if options.get("n_jobs") is not None and options["n_jobs"] != -1:
+        options["n_jobs"] = _integer("n_jobs", options["n_jobs"], 1, method.name)
     for k in ("progress", "resume", "local_restart", "final_local_pass"):
         if options.get(k) is not None and not isinstance(options[k], bool):
             raise TypeError(f"fit({method.name!r}): {k} must be True or False, got {options[k]!r}")
