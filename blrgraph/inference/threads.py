@@ -36,7 +36,7 @@ from .views import DataView, RowView
 
 #: without ``n_jobs=``, rows are split over the cores only when the observed nodes on the
 #: data axis hold at least this many entries (below, the threads cost more than they save)
-MIN_ENTRIES = 200_000
+MIN_ENTRIES = 20_000
 
 
 def cores():
