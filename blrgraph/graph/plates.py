@@ -49,17 +49,25 @@ def _squeeze(arr, keep, n_event):
 
 #: einsum contraction orders by (subscripts, shapes): the search costs ~70 us per call
 #: for three operands, as much as the contraction itself on small arrays; a fit calls
-#: the same few hundred contractions every sweep
+#: the same few hundred contractions every sweep. A contraction of fewer than
+#: :data:`DIRECT_FLOPS` naive flops is stored as None: numpy's C einsum in one pass is
+#: then faster than the ordered pairwise products (BLAS) and their Python dispatch
 _PATHS = {}
+DIRECT_FLOPS = 1e6
 
 
 def _einsum(expr, arrays):
     key = (expr,) + tuple(a.shape for a in arrays)
-    path = _PATHS.get(key)
-    if path is None:
+    try:
+        path = _PATHS[key]
+    except KeyError:
         if len(_PATHS) > 4096:
             _PATHS.clear()
-        path = _PATHS[key] = np.einsum_path(expr, *arrays, optimize=True)[0]
+        path, info = np.einsum_path(expr, *arrays, optimize=True)
+        flops = float(info.split("Naive FLOP count:")[1].split()[0])
+        path = _PATHS[key] = None if flops < DIRECT_FLOPS else path
+    if path is None:
+        return np.einsum(expr, *arrays)
     return np.einsum(expr, *arrays, optimize=path)
 
 
