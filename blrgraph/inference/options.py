@@ -99,8 +99,13 @@ def parse_options(method, options):
         elif k in _REALS:
             low, high, open_low = _REALS[k]
             options[k] = _real(k, v, method.name, low, high, open_low)
-    if options.get("n_jobs") is not None and options["n_jobs"] != -1:
-        options["n_jobs"] = _integer("n_jobs", options["n_jobs"], 1, method.name)
+    jobs = options.get("n_jobs")
+    if jobs is not None:
+        if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or \
+                not (jobs >= 1 or jobs == -1):
+            raise ValueError(f"fit({method.name!r}): n_jobs must be an integer >= 1 (partitions "
+                             f"of the rows fitted in threads) or -1 (every core), got {jobs!r}")
+        options["n_jobs"] = int(jobs)
     for k in ("progress", "resume", "local_restart", "final_local_pass"):
         if options.get(k) is not None and not isinstance(options[k], bool):
             raise TypeError(f"fit({method.name!r}): {k} must be True or False, got {options[k]!r}")

@@ -12,12 +12,14 @@ REPORTS (its messages to the global nodes, its ELBO terms, its counts per compon
 the reports are summed in partition order and the loop takes the one step of every
 global node with them, as for every view.
 
-Exact, as for rows on Dask, when no global node's messages from the data read another
-global node (GMM, HMM, LDA: :func:`~blrgraph.inference.partitions.data_children`); the
-iterates are those of one worker up to the order of the sums (tests/test_threads.py).
-Other models, the stochastic, damped and gradient methods, and tables too small to gain
-(below :data:`MIN_ENTRIES` observed entries when ``n_jobs`` is not given) are fitted in
-one thread (:class:`~blrgraph.inference.views.WholeData`).
+A global node's messages from the rows are one round over the partitions at the current
+globals (a global step reads the globals stepped before it, as in memory), so the
+iterates are those of one thread up to the order of the sums (tests/test_threads.py:
+GMM, HMM, LDA to 1e-12). Fits with damped or gradient steps, models whose local nodes
+lie off the data axis or whose data reach a global node through a deterministic node
+off it, and tables too small to gain (below :data:`MIN_ENTRIES` observed entries when
+``n_jobs`` is not given) run in one thread
+(:class:`~blrgraph.inference.views.WholeData`).
 """
 from __future__ import annotations
 
