@@ -49,9 +49,10 @@ def _squeeze(arr, keep, n_event):
 
 #: einsum contraction orders by (subscripts, shapes): the search costs ~70 us per call
 #: for three operands, as much as the contraction itself on small arrays; a fit calls
-#: the same few hundred contractions every sweep. A contraction of fewer than
-#: :data:`DIRECT_FLOPS` naive flops is stored as None: numpy's C einsum in one pass is
-#: then faster than the ordered pairwise products (BLAS) and their Python dispatch
+#: the same few hundred contractions every sweep. A contraction of two operands with
+#: fewer than :data:`DIRECT_FLOPS` naive flops (of three or more: 1% of that, as the
+#: one pass then multiplies every operand at every index) is stored as None: numpy's C
+#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch
 _PATHS = {}
 DIRECT_FLOPS = 1e6
 
@@ -65,7 +66,8 @@ def _einsum(expr, arrays):
             _PATHS.clear()
         path, info = np.einsum_path(expr, *arrays, optimize=True)
         flops = float(info.split("Naive FLOP count:")[1].split()[0])
-        path = _PATHS[key] = None if flops < DIRECT_FLOPS else path
+        direct = flops < (DIRECT_FLOPS if len(arrays) <= 2 else DIRECT_FLOPS / 100)
+        path = _PATHS[key] = None if direct else path
     if path is None:
         return np.einsum(expr, *arrays)
     return np.einsum(expr, *arrays, optimize=path)
