@@ -145,3 +145,24 @@ def test_n_jobs_is_checked_where_it_enters():
     with pytest.raises(TypeError, match="n_jobs"):
         _gmm(X).fit("svi", n_jobs=2)
     assert _gmm(X).fit("vmp", n_jobs=-1, seed=0, max_iter=5).n_iter == 5
+
+
+def test_a_fit_stopped_by_an_error_releases_the_threads_and_blas():
+    """A callback that raises stops the fit: the error goes on, the rows' q is back in
+    the model and BLAS has its threads again."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    X = _gmm_data()
+    m = _gmm(X)
+
+    def stop(it, L):
+        if it == 3:
+            raise KeyError("stop")
+    with pytest.raises(KeyError, match="stop"):
+        m.fit("vmp", seed=0, n_jobs=2, callback=stop)
+    after = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert after == before
+    assert m["z"].nat[0].shape == (900, 3)
+    ref = _gmm(X)
+    ref.fit("vmp", seed=0, n_jobs=1, max_iter=3)
+    np.testing.assert_allclose(m["z"].nat[0], ref["z"].nat[0], rtol=1e-10, atol=1e-10)

@@ -229,6 +229,17 @@ class Run:
         A gradient step (``Method.update == "mean"``) that overflows stops the run with
         the iteration and the fix."""
         try:
+            return self._guarded()
+        except BaseException:
+            # rows in threads (threads.ThreadRows): the local q back in the model, the
+            # threads and the BLAS limit released, also when the fit stops on an error
+            abort = getattr(self.plan.rows, "abort", None)
+            if abort is not None:
+                abort(self.model)
+            raise
+
+    def _guarded(self):
+        try:
             return self._run()
         except FloatingPointError as err:
             if any(not isinstance(u, str) for u in self.updates.values()):

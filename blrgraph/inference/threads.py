@@ -102,6 +102,13 @@ class ThreadRows:
     def finish(self, model):
         self.view.finish()
 
+    def abort(self, model):
+        """The fit stopped on an error: as :meth:`finish`, the error goes on."""
+        try:
+            self.view.finish()
+        except Exception:       # (the fit's own error is the one to see)
+            self.view.release()
+
 
 class ThreadView(DataView):
     """All rows of the data axis in partitions, each a restricted copy of the model in
@@ -179,11 +186,15 @@ class ThreadView(DataView):
             if self.parts is not None:
                 self._pull()
         finally:
-            if self.pool is not None:
-                self.pool.shutdown()
-            if self.limiter is not None:
-                self.limiter.restore_original_limits()
-            self.parts = self.pool = self.limiter = self.report = None
+            self.release()
+
+    def release(self):
+        """The threads, the partitions and the BLAS limit released."""
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.limiter is not None:
+            self.limiter.restore_original_limits()
+        self.parts = self.pool = self.limiter = self.report = None
 
     # ---- partitions --------------------------------------------------------------------
     def _build(self):
