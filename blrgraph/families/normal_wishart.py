@@ -232,7 +232,7 @@ class NormalWishart(ExponentialFamily):
         """The joint mode of (mu - c, L)."""
         m, beta, nu, w, _, _, _ = self._unpack(nat)
         d = m.shape[-1]
-        return m, np.maximum(nu - d, 0.0)[..., None, None] * w
+        return np.array(m), np.maximum(nu - d, 0.0)[..., None, None] * w
 
     def mode(self, nat):
         """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (docs/math.md §5)."""
