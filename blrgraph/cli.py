@@ -465,8 +465,10 @@ def check_save_path(save):
 
 
 def _without_plots(extra, fit, out):
-    """Run ``write_outputs`` and delete the images it made (--no-plots)."""
-    paths = extra(fit, out)
+    """Run ``write_outputs`` without drawing its images (--no-plots)."""
+    from . import plotting
+    with plotting.skipped():
+        paths = extra(fit, out)
     keep = []
     for p in paths:
         if Path(p).suffix.lower() == ".png":
