@@ -255,8 +255,10 @@ def _write(module, fit, summary, record, what, out, plots, stderr):
 
 
 def _without_plots(extra, fit, out):
-    """Run ``write_outputs`` and delete the images it made (--no-plots)."""
-    paths = extra(fit, out)
+    """Run ``write_outputs`` without drawing its images (--no-plots)."""
+    from . import plotting
+    with plotting.skipped():
+        paths = extra(fit, out)
     keep = []
     for p in paths:
         if Path(p).suffix.lower() == ".png":

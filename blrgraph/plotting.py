@@ -12,6 +12,24 @@ import numpy as np
 
 PLOT_HINT = "pip install blrgraph[plot]"
 
+#: while > 0 (:func:`skipped`), the plot functions return their path without drawing
+_SKIP = 0
+
+
+class skipped:
+    """``with skipped():`` the plot functions draw nothing and return their path (the
+    command line's --no-plots: a model's outputs without the cost of its figures)."""
+
+    def __enter__(self):
+        global _SKIP
+        _SKIP += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _SKIP
+        _SKIP -= 1
+        return False
+
 
 def _figure(width, height):
     try:
@@ -55,6 +73,8 @@ def plot_elbo(trace, path, title=None, objective="ELBO", smooth=None):
     top; default True when ``objective`` is an estimate (SVI's minibatch ELBO), whose
     raw trace is mostly noise. The y-axis then spans the smoothed curve (after its
     first tenth), so the noise does not flatten the trend."""
+    if _SKIP:
+        return Path(path)
     trace = np.asarray(trace, dtype=float)
     if smooth is None:
         smooth = "estimate" in str(objective) and len(trace) >= 10
@@ -133,6 +153,8 @@ def plot_clusters(X, resp, path, columns=None, means=None, title=None, max_pairs
     columns (at most ``max_pairs`` panels); larger D: one panel on the first two principal
     components of the standardised columns, each axis labelled with its share of the
     variance and its largest loadings (:func:`principal_axes`)."""
+    if _SKIP:
+        return Path(path)
     X = np.asarray(X, dtype=float)
     resp = np.asarray(resp, dtype=float)
     N, D = X.shape
@@ -208,6 +230,8 @@ def plot_predictive_band(x, mean, lower, upper, path, y=None, x_label="x", y_lab
                          title=None, level=0.95):
     """The posterior predictive of a regression: its mean (line) and central ``level``
     interval (band) against ``x``, with the observed ``y`` as points (NaN: none)."""
+    if _SKIP:
+        return Path(path)
     x = np.asarray(x, dtype=float)
     order = np.argsort(x, kind="stable")
     fig = _figure(6.5, 4.2)

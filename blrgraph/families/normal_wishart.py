@@ -81,7 +81,30 @@ class NormalWishart(ExponentialFamily):
         return lam1, lam2, lam3, lam4
 
     def _unpack(self, nat):
-        """-> (m, beta, nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1}."""
+        """-> (m, beta, nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1} (read-only; the
+        last two q's are remembered: natural parameters are replaced, never modified, and
+        a sweep reads each q's factorisation several times: moments, ELBO, KL)."""
+        memo = self.__dict__.get("_unpack_memo") or ()
+        for key, out in memo:
+            if len(key) == len(nat) and all(a is b for a, b in zip(key, nat)):
+                return out
+        out = self._unpack_new(nat)
+        for a in out:
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                a.flags.writeable = False   # shared by the readers of this q
+        self._unpack_memo = ((tuple(nat), out),) + tuple(memo[:1])
+        return out
+
+    def release(self):
+        """Forget the last q's factorisation (a fit has ended)."""
+        self.__dict__.pop("_unpack_memo", None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_unpack_memo", None)   # a work cache, not part of the family
+        return state
+
+    def _unpack_new(self, nat):
         lam1, lam2, lam3, lam4 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         beta = -2.0 * lam2
@@ -97,8 +120,8 @@ class NormalWishart(ExponentialFamily):
 
     def params_from_natural(self, nat):
         m, beta, nu, w, _, _, _ = self._unpack(nat)
-        return {"mean": np.array(np.broadcast_to(self._plus_c(m), m.shape)), "beta": beta,
-                "dof": nu, "scale": w}
+        return {"mean": np.array(np.broadcast_to(self._plus_c(m), m.shape)), "beta": np.array(beta),
+                "dof": np.array(nu), "scale": np.array(w)}
 
     def centre(self, x):
         mu, lam = x
@@ -209,7 +232,7 @@ class NormalWishart(ExponentialFamily):
         """The joint mode of (mu - c, L)."""
         m, beta, nu, w, _, _, _ = self._unpack(nat)
         d = m.shape[-1]
-        return m, np.maximum(nu - d, 0.0)[..., None, None] * w
+        return np.array(m), np.maximum(nu - d, 0.0)[..., None, None] * w
 
     def mode(self, nat):
         """Joint mode (m, (nu - D) W); L clamped at 0 when nu < D (docs/math.md §5)."""

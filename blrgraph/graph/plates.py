@@ -49,17 +49,27 @@ def _squeeze(arr, keep, n_event):
 
 #: einsum contraction orders by (subscripts, shapes): the search costs ~70 us per call
 #: for three operands, as much as the contraction itself on small arrays; a fit calls
-#: the same few hundred contractions every sweep
+#: the same few hundred contractions every sweep. A contraction of two operands with
+#: fewer than :data:`DIRECT_FLOPS` naive flops (of three or more: 1% of that, as the
+#: one pass then multiplies every operand at every index) is stored as None: numpy's C
+#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch
 _PATHS = {}
+DIRECT_FLOPS = 1e6
 
 
 def _einsum(expr, arrays):
     key = (expr,) + tuple(a.shape for a in arrays)
-    path = _PATHS.get(key)
-    if path is None:
+    try:
+        path = _PATHS[key]
+    except KeyError:
         if len(_PATHS) > 4096:
             _PATHS.clear()
-        path = _PATHS[key] = np.einsum_path(expr, *arrays, optimize=True)[0]
+        path, info = np.einsum_path(expr, *arrays, optimize=True)
+        flops = float(info.split("Naive FLOP count:")[1].split()[0])
+        direct = flops < (DIRECT_FLOPS if len(arrays) <= 2 else DIRECT_FLOPS / 100)
+        path = _PATHS[key] = None if direct else path
+    if path is None:
+        return np.einsum(expr, *arrays)
     return np.einsum(expr, *arrays, optimize=path)
 
 
@@ -90,9 +100,39 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
     """
     if subs is None:
         subs = ("",) * len(terms)
-    ops = [] if weights is None else [(np.asarray(weights, dtype=float), "")]
-    ops += [(np.asarray(t, dtype=float), s) for t, s in zip(terms, subs)]
-    plate_shapes = [a.shape[: a.ndim - len(s)] for a, s in ops]
+    arrays = [] if weights is None else [np.asarray(weights, dtype=float)]
+    arrays += [np.asarray(t, dtype=float) for t in terms]
+    if weights is not None:
+        subs = ("",) + tuple(subs)
+    key = (tuple(a.shape for a in arrays), tuple(subs), out, tuple(target_plates),
+           None if full_plates is None else tuple(full_plates))
+    try:
+        plan = _WSUM[key]
+    except KeyError:
+        if len(_WSUM) > 4096:
+            _WSUM.clear()
+        plan = _WSUM[key] = _wsum_plan(*key)
+    expr, shapes, factor, shape_plate, bcast = plan
+    if shapes:
+        res = _einsum(expr, [a.reshape(sh) for a, sh in zip(arrays, shapes)])
+    else:
+        res = np.asarray(1.0)
+    if factor != 1.0:
+        res = res * factor
+    res = np.reshape(res, shape_plate)
+    if bcast is not None:
+        res = np.broadcast_to(res, bcast).copy()
+    return res
+
+
+#: wsum's plans by (operand shapes, subscripts, out, target plates, full plates): the
+#: einsum expression, the squeezed shapes, the factor of the plate axes no operand
+#: spans and the result's shapes (a fit calls the same sums every sweep)
+_WSUM = {}
+
+
+def _wsum_plan(shapes, subs, out, target_plates, full_plates):
+    plate_shapes = [sh[: len(sh) - len(s)] for sh, s in zip(shapes, subs)]
     if full_plates is not None:
         plate_shapes.append(tuple(full_plates))
     plate_shapes.append(tuple(target_plates))
@@ -102,35 +142,29 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
         raise ValueError("too many plate axes")
     target = (1,) * (n - len(target_plates)) + tuple(target_plates)
     plate_letters = string.ascii_lowercase[:n]
-    in_subs, arrays = [], []
-    for a, s in ops:
-        lab, keep = _labels(a.shape, n, plate_letters, s)
+    in_subs, squeezed = [], []
+    for sh, s in zip(shapes, subs):
+        lab, keep = _labels(sh, n, plate_letters, s)
         in_subs.append(lab)
-        arrays.append(_squeeze(a, keep, len(s)))
+        nd = len(sh) - len(s)
+        squeezed.append(tuple(sh[j] for j in keep) + tuple(sh[nd:]))
     present = set("".join(in_subs))
-    kept = [target[j] != 1 and plate_letters[j] in present for j in range(n)]
-    out_plate = "".join(plate_letters[j] for j in range(n) if kept[j])
+    out_plate = "".join(plate_letters[j] for j in range(n) if target[j] != 1 and plate_letters[j] in present)
     factor = 1.0
     for j in range(n):
         if plate_letters[j] not in present and target[j] == 1:
             factor *= full[j]
-    if arrays:
-        res = _einsum(",".join(in_subs) + "->" + out_plate + out, arrays)
-    else:
-        res = np.asarray(1.0)
-    if factor != 1.0:
-        res = res * factor
-    return _to_target(res, full, kept, target_plates, len(out_plate))
-
-
-def _to_target(res, full, kept, target_plates, n_out):
-    """``wsum``'s einsum result (its ``n_out`` kept plate axes first) as target_plates + event."""
-    n = len(full)
-    shape_plate = tuple(full[j] if kept[j] else 1 for j in range(n - len(target_plates), n))
-    res = np.reshape(res, shape_plate + np.shape(res)[n_out:])
-    if shape_plate != tuple(target_plates):
-        res = np.broadcast_to(res, tuple(target_plates) + res.shape[len(shape_plate):]).copy()
-    return res
+    lead = n - len(target_plates)
+    shape_plate = tuple(full[j] if (target[j] != 1 and plate_letters[j] in present) else 1
+                        for j in range(lead, n))
+    expr = ",".join(in_subs) + "->" + out_plate + out
+    # the result's event shape: the sizes of the ``out`` letters in the operands
+    sizes = {}
+    for sh, s in zip(squeezed, in_subs):
+        sizes.update(zip(s, sh))
+    event = tuple(sizes[c] for c in out) if shapes else ()
+    bcast = None if shape_plate == tuple(target_plates) else tuple(target_plates) + event
+    return expr, squeezed, factor, shape_plate + event, bcast
 
 
 def compact(a):

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from . import dask_rows
+from . import dask_rows, threads
 from .batches import AllRows, Minibatches
 from .elbo import elbo
 from .local import LocalBlock
@@ -192,6 +192,8 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
             raise ValueError(f"init={driver[0]!r} sets the topics on the driver and needs every "
                              f"row's assignments there; with Dask-backed data use init='diffuse'")
         plan = dask_rows.adopt(model, plan)
+    elif not method.stochastic:   # rows in partitions on this machine's cores (n_jobs)
+        plan = threads.adopt(model, plan, method, opts.n_jobs)
     return plan
 
 

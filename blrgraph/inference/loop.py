@@ -80,7 +80,7 @@ class Run:
         self.local_sweeps = []
         self.kicks = 0
         self.saddle = False
-        self._q = self._steps = None     # the globals' q and its last steps (small_change)
+        self._q = self._steps = None     # the globals' last q snapshots, steps (small_change)
         self.it = 0
 
     # ---- node updates ------------------------------------------------------------
@@ -179,12 +179,26 @@ class Run:
     def small_change(self):
         """Converged: the ELBO's relative change below tol, every damped node back at its
         initial rho, and no global q moved by more than tolerance.q_tolerance(tol) in KL
-        (a relative test alone passes far from the optimum when |ELBO| is huge there)."""
+        (a relative test alone passes far from the optimum when |ELBO| is huge there).
+        The KL steps (this sweep's and the last one's, from the last three snapshots of
+        the globals' q) are computed only when the ELBO's test passes."""
         t = self.trace
-        prev, self._q = self._q, q_snapshot(self.plan.structure.globals)
-        last, self._steps = self._steps, q_steps(prev, self._q)
-        return len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1]) \
-            and self.backtrack.settled() and not q_unsettled(self._steps, last, self.plan.tol)
+        self._q = (self._q or [])[-2:] + [q_snapshot(self.plan.structure.globals)]
+        if not (len(t) > 1 and abs(t[-1] - t[-2]) <= self.plan.tol * abs(t[-1])
+                and self.backtrack.settled()):
+            return False
+        q = [None] * (3 - len(self._q)) + self._q
+        last = None if q[1] is None else self._q_steps(q[0], q[1])
+        return not q_unsettled(self._q_steps(q[1], q[2]), last, self.plan.tol)
+
+    def _q_steps(self, prev, now):
+        """:func:`~.tolerance.q_steps` of two snapshots (the last pair's kept: the next
+        sweep reads it as its previous step)."""
+        if self._steps is not None and self._steps[0] is prev and self._steps[1] is now:
+            return self._steps[2]
+        out = q_steps(prev, now)
+        self._steps = (prev, now, out)
+        return out
 
     def kick(self, view):
         """At a symmetric saddle point (tied components carrying data, counted by the
@@ -214,6 +228,17 @@ class Run:
         """Iterate until convergence, the budget, or the callback; returns converged.
         A gradient step (``Method.update == "mean"``) that overflows stops the run with
         the iteration and the fix."""
+        try:
+            return self._guarded()
+        except BaseException:
+            # rows in threads (threads.ThreadRows): the local q back in the model, the
+            # threads and the BLAS limit released, also when the fit stops on an error
+            abort = getattr(self.plan.rows, "abort", None)
+            if abort is not None:
+                abort(self.model)
+            raise
+
+    def _guarded(self):
         try:
             return self._run()
         except FloatingPointError as err:

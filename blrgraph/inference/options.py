@@ -10,7 +10,7 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
           "local_iters", "local_tol")
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
-BATCH = ("local_restart",)
+BATCH = ("local_restart", "n_jobs")
 #: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
 OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
 
@@ -29,6 +29,7 @@ class FitOptions:
     local_iters: int = None
     local_tol: float = None
     local_restart: bool = None
+    n_jobs: int = None
     batch_size: int = None
     epochs: int = None
     max_steps: int = None
@@ -98,6 +99,13 @@ def parse_options(method, options):
         elif k in _REALS:
             low, high, open_low = _REALS[k]
             options[k] = _real(k, v, method.name, low, high, open_low)
+    jobs = options.get("n_jobs")
+    if jobs is not None:
+        if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or \
+                not (jobs >= 1 or jobs == -1):
+            raise ValueError(f"fit({method.name!r}): n_jobs must be an integer >= 1 (partitions "
+                             f"of the rows fitted in threads) or -1 (every core), got {jobs!r}")
+        options["n_jobs"] = int(jobs)
     for k in ("progress", "resume", "local_restart", "final_local_pass"):
         if options.get(k) is not None and not isinstance(options[k], bool):
             raise TypeError(f"fit({method.name!r}): {k} must be True or False, got {options[k]!r}")

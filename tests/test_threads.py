@@ -1,0 +1,168 @@
+"""Rows in partitions on this machine's cores (``fit(..., n_jobs=)``, inference/threads.py).
+
+Oracle: the fit in one thread (``n_jobs=1``, every row in memory). Split over 2 or 3
+partitions fitted in threads, a GMM, an HMM and LDA take the same steps: the same ELBO
+trace, the same number of sweeps and the same posteriors, up to the order of the sums
+(1e-12 relative), from the same start; a symmetric saddle point is found and split through
+the partitions with the same draws."""
+import warnings
+
+import numpy as np
+import pytest
+
+import blrgraph as bg
+from blrgraph.inference import threads
+
+
+def _close(f1, m1, f2, m2, names):
+    assert f2.n_iter == f1.n_iter and f2.converged == f1.converged
+    np.testing.assert_allclose(f2.elbo_trace, f1.elbo_trace, rtol=1e-12)
+    for name in names:
+        a, b = m1[name], m2[name]
+        assert a.point == b.point
+        for x, y in zip(b.nat, a.nat):
+            x, y = np.broadcast_arrays(x, y)
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.max(np.abs(y)))
+
+
+def _gmm(X, K=3):
+    N, D = X.shape
+    pi = bg.Dirichlet(np.full(K, 0.5), name="pi")
+    z = bg.Categorical(pi, plates=(N,), name="z")
+    theta = bg.NormalWishart(np.zeros(D), 0.01, D + 1.0, np.eye(D), plates=(K,), name="theta")
+    return bg.Model(bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X))
+
+
+def _gmm_data(N=900, seed=0):
+    rng = np.random.default_rng(seed)
+    means = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    return means[rng.integers(0, 3, N)] + rng.normal(size=(N, 2))
+
+
+@pytest.mark.parametrize("method,jobs", [("vmp", 2), ("vmp", 3), ("em", 2), ("map", 2)])
+def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs):
+    X = _gmm_data()
+    ref = _gmm(X)
+    f1 = ref.fit(method, seed=0, n_jobs=1, max_iter=40)
+    m = _gmm(X)
+    f2 = m.fit(method, seed=0, n_jobs=jobs, max_iter=40)
+    assert f1.n_iter >= 3
+    _close(f1, ref, f2, m, ("pi", "theta", "z"))
+
+
+def test_the_partitions_are_used_and_released():
+    """The view in partitions really runs (one report per sweep), and after the fit the
+    rows' q is back in the model, BLAS limits restored."""
+    X = _gmm_data()
+    m = _gmm(X)
+    from blrgraph.inference.fit import plan_run
+    from blrgraph.inference.methods import get_method
+    from blrgraph.inference.options import parse_options
+    from blrgraph.inference.structure import Structure
+    meth = get_method("vmp")
+    opts = parse_options(meth, dict(n_jobs=2, seed=0))
+    plan = plan_run(m, meth, opts, Structure(m))
+    assert isinstance(plan.rows, threads.ThreadRows)
+    assert [len(r) for r in plan.rows.view.rows] == [450, 450]
+    # without n_jobs a small table stays in one thread
+    plan = plan_run(m, meth, parse_options(meth, dict(seed=0)), Structure(m))
+    assert not isinstance(plan.rows, threads.ThreadRows)
+    seen = []
+    f = m.fit("vmp", seed=0, n_jobs=2, callback=lambda it, L: seen.append(
+        m.fit_result if False else it) and False)
+    assert seen[-1] == f.n_iter
+    assert m["z"].nat[0].shape == (900, 3) and m["z"].posterior.mean.shape == (900, 3)
+
+
+def test_a_tied_start_is_split_through_the_partitions():
+    X = _gmm_data(600)
+    R = np.full((600, 3), 1 / 3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ref = _gmm(X)
+        f1 = ref.fit("vmp", init=R, seed=0, n_jobs=1, max_iter=60)
+        m = _gmm(X)
+        f2 = m.fit("vmp", init=R, seed=0, n_jobs=2, max_iter=60)
+    assert sum("saddle point" in str(w.message) for w in seen) == 2
+    _close(f1, ref, f2, m, ("pi", "theta", "z"))
+
+
+def _hmm(x, K=3):
+    S, T = x.shape
+    pi = bg.Dirichlet(np.ones(K), name="pi")
+    A = bg.Dirichlet(np.ones((K, K)) + np.eye(K), plates=(K,), name="A")
+    theta = bg.NormalGamma(0.0, 0.1, 2.0, 2.0, plates=(K,), name="theta")
+    z = bg.CategoricalMarkovChain(pi, A, length=T, plates=(S,), name="z")
+    return bg.Model(bg.Mixture(z, bg.Normal, theta, name="y").observe(x))
+
+
+def test_hmm_in_partitions_takes_the_steps_of_one_thread():
+    rng = np.random.default_rng(4)
+    states = rng.integers(0, 3, size=(12, 50))
+    x = np.array([-3.0, 0.0, 3.0])[states] + rng.normal(size=states.shape)
+    ref = _hmm(x)
+    f1 = ref.fit("vmp", seed=1, n_jobs=1, max_iter=30)
+    m = _hmm(x)
+    f2 = m.fit("vmp", seed=1, n_jobs=2, max_iter=30)
+    assert f1.n_iter >= 3
+    _close(f1, ref, f2, m, ("pi", "A", "theta", "z"))
+
+
+def _lda_data(n_docs=40, V=30, K=3, seed=2):
+    rng = np.random.default_rng(seed)
+    topics = rng.dirichlet(np.full(V, 0.1), size=K)
+    counts = np.array([np.bincount(rng.choice(V, size=40, p=rng.dirichlet(np.full(K, 0.3)) @ topics),
+                                   minlength=V) for _ in range(n_docs)], dtype=float)
+    doc, word = np.nonzero(counts)
+    return doc, word, counts[doc, word]
+
+
+def _lda(n_docs, doc, words, counts, K=3, V=30):
+    theta = bg.Dirichlet(np.full(K, 1 / K), plates=(n_docs,), name="theta")
+    phi = bg.Dirichlet(np.full(V, 1 / K), plates=(K,), name="phi")
+    z = bg.Categorical(theta[doc], plates=(len(doc),), name="z")
+    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(words, weights=counts)
+    return bg.Model(y)
+
+
+def test_lda_in_partitions_takes_the_steps_of_one_thread():
+    """LDA: the local block (theta and z, restarts, per-document convergence, the
+    adaptive budget) runs in each partition; the same trace as one thread."""
+    doc, word, cnt = _lda_data()
+    ref = _lda(40, doc, word, cnt)
+    f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=15)
+    m = _lda(40, doc, word, cnt)
+    f2 = m.fit("vmp", seed=0, n_jobs=2, max_iter=15)
+    assert f1.local_sweeps == f2.local_sweeps
+    _close(f1, ref, f2, m, ("phi", "theta", "z"))
+
+
+def test_n_jobs_is_checked_where_it_enters():
+    X = _gmm_data(50)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="n_jobs"):
+            _gmm(X).fit("vmp", n_jobs=bad)
+    with pytest.raises(TypeError, match="n_jobs"):
+        _gmm(X).fit("svi", n_jobs=2)
+    assert _gmm(X).fit("vmp", n_jobs=-1, seed=0, max_iter=5).n_iter == 5
+
+
+def test_a_fit_stopped_by_an_error_releases_the_threads_and_blas():
+    """A callback that raises stops the fit: the error goes on, the rows' q is back in
+    the model and BLAS has its threads again."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    X = _gmm_data()
+    m = _gmm(X)
+
+    def stop(it, L):
+        if it == 3:
+            raise KeyError("stop")
+    with pytest.raises(KeyError, match="stop"):
+        m.fit("vmp", seed=0, n_jobs=2, callback=stop)
+    after = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert after == before
+    assert m["z"].nat[0].shape == (900, 3)
+    ref = _gmm(X)
+    ref.fit("vmp", seed=0, n_jobs=1, max_iter=3)
+    np.testing.assert_allclose(m["z"].nat[0], ref["z"].nat[0], rtol=1e-10, atol=1e-10)
