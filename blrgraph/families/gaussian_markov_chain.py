@@ -260,6 +260,8 @@ class GaussianMarkovChain(ExponentialFamily):
         out = np.empty(_size_tuple(size) + hf.shape)
         L = np.linalg.cholesky(_sym(Jinv))
         z = rng.standard_normal(out.shape)
+        if use_scan(T, hf.shape[-1], int(np.prod(out.shape[:-2]))):
+            return self._plus_c(_sample_by_scan(hf, Jinv, L, C, z))
         mean = _matvec(Jinv[..., T - 1, :, :], hf[..., T - 1, :])
         out[..., T - 1, :] = mean + _matvec(L[..., T - 1, :, :], z[..., T - 1, :])
         for t in range(T - 1, 0, -1):
@@ -420,6 +422,20 @@ def _smooth_by_scan(hf, Jinv, logdet, C):
     cross = np.zeros(S.shape)
     cross[1:] = _mm(S[1:], _swap(G[:-1]))
     return (_back(m[..., 0], 1), _back(_sym(S), 2), _back(cross, 2), hf, Jinv, logdet)
+
+
+def _sample_by_scan(hf, Jinv, L, C, z):
+    """Backward sampling as an affine scan from the last step back: x_t = G_t x_{t+1} +
+    Jf_t^{-1} hf_t + L_t z_t (L_t L_t^T = Jf_t^{-1}, G_t = Jf_t^{-1} C_{t+1}^T, 0 at the
+    last step) with the draws z (size + plates + (D,)); the same draws as the loop."""
+    k = z.ndim - hf.ndim                                    # the leading draw axes
+    Ji, Lf = _front(Jinv, 2), _front(L, 2)
+    G = np.zeros(Ji.shape)
+    G[:-1] = _mm(Ji[:-1], _swap(_front(C, 2)[1:]))
+    lift = (slice(None),) + (None,) * k                     # (T, 1.., plates.., D, D)
+    g = _mm(Ji, _front(hf, 1)[..., None])[lift] + _mm(Lf[lift], np.moveaxis(z, -2, 0)[..., None])
+    x = affine_scan(G[lift][::-1], g[::-1])[0][::-1]
+    return np.moveaxis(x[..., 0], 0, -2)
 
 
 def _blocks(a, b, fill=0.0):
