@@ -20,6 +20,7 @@ from scipy.stats import multivariate_normal
 
 import blrgraph as bg
 from blrgraph.families.base import broadcast_nat
+from blrgraph.families import gaussian_markov_chain as gmc
 from blrgraph.families.gaussian_markov_chain import GaussianMarkovChain as ChainFamily
 from test_messages import check_messages, random_spd
 
@@ -408,3 +409,102 @@ def test_bad_input_refused():
                                                                  weights=np.full(4, 2.0))
     with pytest.raises(ValueError, match="weights="):
         bg.Model(y).fit("vmp")
+
+
+# --------------------------------------------------------------------------
+# long chains: the blocked scans equal the recursions
+# --------------------------------------------------------------------------
+def _chain_nat(D, S, T, missing, seed):
+    """The natural parameters of q(x) given data: a fixed chain observed through
+    MultivariateNormal(x, R) with some steps missing."""
+    p, Y, obs = lgssm(np.random.default_rng(seed), S, T, D, missing)
+    xs, y = fixed_chain(p, Y, obs)
+    bg.Model(y).fit("conjugate")
+    nat = tuple(np.asarray(a) for a in xs.nat)
+    return nat if S > 1 else tuple(a[0] for a in nat)
+
+
+def _assert_same(a, b, rtol=1e-12):
+    for x, r in zip(a, b):
+        scale = max(np.max(np.abs(r)), 1.0)
+        np.testing.assert_allclose(x, r, rtol=0, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("D,S,T,missing", [(1, 1, 300, 0.0), (1, 4, 150, 0.3), (2, 1, 500, 0.2),
+                                           (2, 3, 97, 0.0), (5, 2, 130, 0.3), (5, 1, 64, 0.0)])
+def test_scan_equals_recursion(D, S, T, missing):
+    fam = ChainFamily()
+    nat = _chain_nat(D, S, T, missing, seed=D + 10 * S)
+    ref = fam._smooth(nat, scan=False)
+    assert gmc._filter_by_scan(*broadcast_nat(nat, (1, 2, 2))) is not None   # not fallen back
+    _assert_same(fam._smooth(nat, scan=True), ref)
+    _assert_same(fam._filter(nat, scan=True)[:3], fam._filter(nat, scan=False)[:3])
+    assert ChainFamily().log_partition(nat).shape == nat[0].shape[:-1]
+    h, n2, C = broadcast_nat(nat, (1, 2, 2))
+    Jd, C = (np.moveaxis(a, -3, 0) for a in (-(n2 + np.swapaxes(n2, -1, -2)), C))
+    Ji = np.moveaxis(ref[4], -3, 0)
+    Jf = np.linalg.inv(Ji)
+    Phi = np.zeros(Jf.shape)
+    Phi[1:] = C[1:] @ Ji[:-1]
+    hf = np.moveaxis(ref[3], -2, 0)[..., None]
+    for b in (1, 2, 7, T):                  # block lengths that do and do not divide T
+        # the precisions alone (no Newton step) to the rounding of the blocks
+        _assert_same((gmc.riccati_scan(Jd, C, b),), (Jf,), 1e-10)
+        m, S = gmc.affine_scan(Phi, np.moveaxis(h, -2, 0)[..., None], Jd, b)
+        _assert_same((m,), (hf,))
+        S_ref = np.zeros(S.shape)
+        for t in range(T):
+            S_ref[t] = Phi[t] @ S_ref[t - 1] @ np.swapaxes(Phi[t], -1, -2) + Jd[t] if t else Jd[0]
+        _assert_same((S,), (S_ref,))
+
+
+def test_scan_is_taken_for_long_chains_and_falls_back_outside_the_space():
+    assert not gmc.use_scan(gmc.SCAN_MIN_STEPS - 1) and gmc.use_scan(gmc.SCAN_MIN_STEPS)
+    assert not gmc.use_scan(10 ** 4, 1, 1) and gmc.use_scan(10 ** 4, 1, 2)
+    fam = ChainFamily()
+    T = 200
+    nat = list(fam.natural_from_params(np.zeros(2), np.eye(2), np.eye(2), np.eye(2), T))
+    nat[1] = nat[1].copy()
+    nat[1][120] = 0.4 * np.eye(2)           # J_tt negative: not a precision
+    with pytest.raises(ValueError, match="filtered precision at step 120"):
+        fam._smooth(tuple(nat))
+
+
+def test_local_level_zoo_same_by_scan_and_recursion(monkeypatch):
+    pd = pytest.importorskip("pandas")
+    from test_zoo import load
+    ll = load("local_level")
+    rng = np.random.default_rng(3)
+    y = 10.0 + np.cumsum(rng.normal(0, 0.5, 300)) + rng.normal(0, 1.0, 300)
+    y[[20, 21, 22, 150]] = np.nan
+    runs, taken = [], []
+    scan = gmc._filter_by_scan
+
+    def counted(*args):
+        out = scan(*args)
+        taken.append(out is not None)
+        return out
+    monkeypatch.setattr(gmc, "_filter_by_scan", counted)
+    for steps in (10 ** 9, 2):
+        monkeypatch.setattr(gmc, "SCAN_MIN_STEPS", steps)
+        model = ll.build(pd.DataFrame({"y": y}), trend=True)
+        res = model.fit("vmp", seed=0, max_iter=30, tol=0)
+        runs.append((np.asarray(res.elbo_trace), model["x"].posterior.mean,
+                     model["x"].posterior.cov))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-12, atol=0)
+    _assert_same(runs[1][1:], runs[0][1:])
+    # the first sweeps (diffuse start, noise precisions near their vague priors) are too
+    # ill-conditioned for the scan and fall back; the rest take it
+    assert sum(taken) > 0.7 * len(taken)
+
+
+@pytest.mark.parametrize("D,S,size", [(2, 1, (4,)), (1, 3, (2, 3)), (3, 2, None)])
+def test_sample_by_scan_draws_the_loops_paths(monkeypatch, D, S, size):
+    fam = ChainFamily()
+    nat = _chain_nat(D, S, 90, 0.2, seed=5 + D)
+    draws = []
+    for steps in (2, 10 ** 9):
+        monkeypatch.setattr(gmc, "SCAN_MIN_STEPS", steps)
+        draws.append(fam.sample(nat, rng=7, size=size))
+    assert draws[0].shape == (size or ()) + nat[0].shape
+    _assert_same(draws[:1], draws[1:], 1e-11)

@@ -122,6 +122,13 @@ def forward_backward(log_unary, log_trans, lengths=None, work=None, scan=None):
         st = _forward_backward_scan(U, P, L, work=work)
         if st is not None:
             return st
+    return _forward_backward_rec(U, P, L, work)
+
+
+def _forward_backward_rec(U, P, L, work):
+    """:func:`forward_backward` by the scaled recursions (:func:`_forward`, :func:`_backward`);
+    a sequence whose sums leave the floating-point range is redone in log space."""
+    S, T, K = U.shape
     valid = np.arange(T)[None, :] < L[:, None]                       # (S, T)
     short = not bool(np.all(valid))
     shared = P.ndim == 2 or P.shape[0] == 1
@@ -399,7 +406,6 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
     n = T - 1                                       # transitions t = 1..T-1
     B = min(int(block) if block else SCAN_BLOCK, n)
     nb = -(-n // B)
-    npad, Nb = nb * B, S * nb
     shared = P.ndim == 2 or P.shape[0] == 1
     Pm = P.reshape(1, K, K) if shared else P
     m = np.max(Pm, axis=(-2, -1))                   # (1 or S,): At <= 1
@@ -409,10 +415,29 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
         np.maximum(c, U[..., i], out=c)
     b = np.exp(U - c[..., None])                    # (S, T, K), max 1
     full = bool(np.all(L == T))
-    tt = np.arange(T)
-    # b of step k of block j of sequence s (column s nb + j), forward: transition t = 1 +
-    # j B + k; backward (taken in the order k = B - 1 .. 0): t = L_s - 1 - (npad - 1 - j B
-    # - k); steps outside 1..T-1 (padding) get b = 1
+    bs = _scan_steps(b, L, B, nb, full)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        # 1. X[k] = M_k ... M_0 of each forward block, Y[k] = N_k ... N_{B-1} of each backward
+        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
+        # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
+        a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
+        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
+        alpha, beta = _scan_vectors(X, Y, a, r, L, T, full)
+        gamma, counts, log_z, gsum = _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full)
+        ok = low > TINY and ldiv > np.log(TINY) and \
+            all(np.all(np.isfinite(v) & (v > TINY)) for v in sums + (gsum,))
+        if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
+            return None
+    return ChainStats(gamma, counts, log_z, L, np.arange(T)[None, :] < L[:, None])
+
+
+def _scan_steps(b, L, B, nb, full):
+    """The b of step k of block j of sequence s (column s nb + j) for
+    :func:`_forward_backward_scan`, (B, 2, K, 1, S nb): forward, transition t = 1 + j B + k;
+    backward (taken in the order k = B - 1 .. 0), t = L_s - 1 - (npad - 1 - j B - k);
+    steps outside 1..T-1 (padding) get b = 1."""
+    S, T, K = b.shape
+    n, npad, Nb = T - 1, nb * B, S * nb
     bs = np.empty((B, 2, K, 1, Nb))
     bf = np.ones((S, npad, K))
     bf[:, :n] = b[:, 1:]
@@ -426,72 +451,88 @@ def _forward_backward_scan(U, P, L, block=None, work=None):
         tb = np.where(tb >= 1, tb, T)
         bw = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
     bs[:, 1, :, 0] = bw.reshape(S, nb, B, K)[:, :, ::-1].transpose(2, 3, 0, 1).reshape(B, K, Nb)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        # 1. X[k] = M_k ... M_0 of each forward block (scale lx), Y[k] = N_k ... N_{B-1} of
-        # each backward block (scale ly)
-        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
-        # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
-        G = np.empty((2, K, K, S, nb))
-        G[0] = X[-1].reshape(K, K, S, nb)
-        G[1] = Y[0].reshape(K, K, S, nb)[..., ::-1]
-        lg = np.stack([lx[-1].reshape(S, nb), ly[0].reshape(S, nb)[:, ::-1]])
-        G, lg, low = _doubling(G, lg)
-        a0 = b[:, 0].T                                                    # (K, S)
-        sa0 = a0.sum(0)
-        a0 = a0 / sa0
-        va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
-        vr = G[1].sum(1)[..., ::-1]                                       # beta at the
-        sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
-        a = np.empty((K, S, nb))                                          # alpha at j B
-        a[:, :, 0] = a0
-        a[:, :, 1:] = va[:, :, :-1] / sva[:, :-1]
-        la = np.empty((S, nb))                                            # its log scale
-        la[:, 0] = np.log(sa0)
-        la[:, 1:] = la[:, :1] + lg[0][:, :-1] + np.log(sva[:, :-1])
-        r = np.empty((K, S, nb))                                          # beta at the end
-        r[:, :, -1] = 1.0 / K                                             # of backward block j
-        r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
-        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
-        av = _apply(X, a.reshape(K, Nb))                                  # (B, K, Nb)
-        bv = _apply(Y, r.reshape(K, Nb))
-        alpha = np.empty((S, T, K))
-        alpha[:, 0] = a0.T
-        alpha[:, 1:] = av.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)[:, :n]
-        bflat = np.empty((S, npad + 1, K))
-        bflat[:, :npad] = bv.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)
-        bflat[:, npad] = 1.0 / K
-        if full:
-            beta = bflat[:, npad - n:]
-        else:   # beta at step tau < L - 1 is bflat[tau - L + 1 + npad]; 1 from L - 1 on
-            idx = np.clip(tt[None, :] - L[:, None] + 1 + npad, 0, npad)
-            beta = bflat[np.arange(S)[:, None], idx]
-        ones = np.ones(K)
-        # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
-        si = np.arange(S)
-        last = np.clip(L - 1, 0, T - 1)
-        j, k = np.divmod(np.maximum(last - 1, 0), B)
-        lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
-        csum = c.sum(1) if full else np.where(tt[None, :] < L[:, None], c, 0.0).sum(1)
-        asum = alpha[si, last] @ ones
-        log_z = lz + np.log(asum) + csum + np.maximum(L - 1, 0) * m
-        log_z = np.where(L > 0, log_z, 0.0)
-        ab = alpha * beta
-        gsum = ab @ ones
-        gamma = np.divide(ab, gsum[..., None], out=ab)
-        # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
-        # same for any scale of alpha_{t-1} and of beta_t)
-        g = b[:, 1:] * beta[:, 1:]                                        # (S, n, K)
-        an = alpha[:, :-1] * np.matmul(g, np.swapaxes(At, -1, -2))
-        w = 1.0 / (an @ ones)
-        if not full:
-            w[~(tt[None, 1:] < L[:, None])] = 0.0
-        np.multiply(alpha[:, :-1], w[..., None], out=an)
-        counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
-        ok = low > TINY and ldiv > np.log(TINY) and \
-            all(np.all(np.isfinite(v) & (v > TINY)) for v in (sa0, sva, svr, gsum))
-        if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
-            return None
-    return ChainStats(gamma, counts, log_z, L, tt[None, :] < L[:, None])
+    return bs
+
+
+def _scan_boundaries(X, lx, Y, ly, a0):
+    """Step 2 of :func:`_forward_backward_scan`: from the blocks' products (X, lx, Y, ly of
+    :func:`_block_products`) and alpha_0 = a0 (K, S), alpha at every forward block's
+    start (K, S, nb) with its log scale (S, nb), beta at the end of every backward block
+    (K, S, nb), the sums that must not underflow, and the smallest divisor."""
+    (K, S), nb = a0.shape, X.shape[-1] // a0.shape[1]
+    G = np.empty((2, K, K, S, nb))
+    G[0] = X[-1].reshape(K, K, S, nb)
+    G[1] = Y[0].reshape(K, K, S, nb)[..., ::-1]
+    lg = np.stack([lx[-1].reshape(S, nb), ly[0].reshape(S, nb)[:, ::-1]])
+    G, lg, low = _doubling(G, lg)
+    sa0 = a0.sum(0)
+    a0 = a0 / sa0
+    va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
+    vr = G[1].sum(1)[..., ::-1]                                       # beta at the
+    sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
+    a = np.empty((K, S, nb))                                          # alpha at j B
+    a[:, :, 0] = a0
+    a[:, :, 1:] = va[:, :, :-1] / sva[:, :-1]
+    la = np.empty((S, nb))                                            # its log scale
+    la[:, 0] = np.log(sa0)
+    la[:, 1:] = la[:, :1] + lg[0][:, :-1] + np.log(sva[:, :-1])
+    r = np.empty((K, S, nb))                                          # beta at the end
+    r[:, :, -1] = 1.0 / K                                             # of backward block j
+    r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
+    return a, la, r, (sa0, sva, svr), low
+
+
+def _scan_vectors(X, Y, a, r, L, T, full):
+    """Step 3 of :func:`_forward_backward_scan`: alpha and beta (S, T, K) at every step, the
+    blocks' products applied to their boundaries' vectors (a, r of :func:`_scan_boundaries`)."""
+    B, K, _, Nb = X.shape
+    _, S, nb = a.shape
+    n, npad = T - 1, B * nb
+    av = np.einsum("bkln,ln->bkn", X, a.reshape(K, Nb))               # (B, K, Nb)
+    bv = np.einsum("bkln,ln->bkn", Y, r.reshape(K, Nb))
+    alpha = np.empty((S, T, K))
+    alpha[:, 0] = a[:, :, 0].T
+    alpha[:, 1:] = av.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)[:, :n]
+    bflat = np.empty((S, npad + 1, K))
+    bflat[:, :npad] = bv.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)
+    bflat[:, npad] = 1.0 / K
+    if full:
+        beta = bflat[:, npad - n:]
+    else:   # beta at step tau < L - 1 is bflat[tau - L + 1 + npad]; 1 from L - 1 on
+        idx = np.clip(np.arange(T)[None, :] - L[:, None] + 1 + npad, 0, npad)
+        beta = bflat[np.arange(S)[:, None], idx]
+    return alpha, beta
+
+
+def _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full):
+    """The marginals, the expected counts and log Z of :func:`_forward_backward_scan` from
+    alpha and beta at every step (and the marginals' sums, which must not underflow)."""
+    S, T, K = alpha.shape
+    B, nb = lx.shape[0], la.shape[1]
+    tt = np.arange(T)
+    ones = np.ones(K)
+    # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
+    si = np.arange(S)
+    last = np.clip(L - 1, 0, T - 1)
+    j, k = np.divmod(np.maximum(last - 1, 0), B)
+    lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
+    csum = c.sum(1) if full else np.where(tt[None, :] < L[:, None], c, 0.0).sum(1)
+    asum = alpha[si, last] @ ones
+    log_z = lz + np.log(asum) + csum + np.maximum(L - 1, 0) * m
+    log_z = np.where(L > 0, log_z, 0.0)
+    ab = alpha * beta
+    gsum = ab @ ones
+    gamma = np.divide(ab, gsum[..., None], out=ab)
+    # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
+    # same for any scale of alpha_{t-1} and of beta_t)
+    g = b[:, 1:] * beta[:, 1:]                                        # (S, n, K)
+    an = alpha[:, :-1] * np.matmul(g, np.swapaxes(At, -1, -2))
+    w = 1.0 / (an @ ones)
+    if not full:
+        w[~(tt[None, 1:] < L[:, None])] = 0.0
+    np.multiply(alpha[:, :-1], w[..., None], out=an)
+    counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
+    return gamma, counts, log_z, gsum
 
 
 def _block_products(bs, At, shared, S, nb, work=None):
@@ -557,8 +598,3 @@ def _doubling(G, lg):
         G, lg = H, lh
         d *= 2
     return G, lg, low
-
-
-def _apply(X, u):
-    """(B, K, K, Nb) matrices times (K, Nb) vectors (one per column): sum_l X[:, :, l] u[l]."""
-    return np.einsum("bkln,ln->bkn", X, u)

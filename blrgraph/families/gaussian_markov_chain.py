@@ -97,14 +97,20 @@ class GaussianMarkovChain(ExponentialFamily):
         return {"mean": self._plus_c(m), "cov": S, "cross_cov": cross}
 
     # ---- the filter / smoother -----------------------------------------------
-    def _filter(self, nat):
-        """Forward elimination: (hf, Jf^{-1}, log|Jf|, C) per step. One loop over T for
-        the precisions (they do not depend on h), one for hf; each step a few batched
-        matrix products over the sequences (time is moved to the front for the loops)."""
+    def _filter(self, nat, scan=None):
+        """Forward elimination: (hf, Jf^{-1}, log|Jf|, C) per step. A long chain (or
+        ``scan=True``) by the blocked scans (:func:`_filter_by_scan`); otherwise, or where the
+        scan meets a singular matrix, by the recursions: one loop over T for the
+        precisions (they do not depend on h), one for hf; each step a few batched matrix
+        products over the sequences (time is moved to the front for the loops)."""
         h, n2, C = broadcast_nat(nat, self.event_ndims)
         T = h.shape[-2]
         if T == 0:
             raise ValueError(f"{self.name}: a chain needs at least one step")
+        if use_scan(T, h.shape[-1], int(np.prod(h.shape[:-2]))) if scan is None else scan:
+            out = _filter_by_scan(h, n2, C)
+            if out is not None:
+                return out
         if h.shape[-1] == 1:
             return self._filter_scalar(h, n2, C)
         mm, inv = np.matmul, np.linalg.inv
@@ -163,7 +169,7 @@ class GaussianMarkovChain(ExponentialFamily):
         return hf, Jinv, np.log(jf), C
 
     def _smooth_scalar(self, nat):
-        hf, Jinv, logdet, C = self._filter(nat)
+        hf, Jinv, logdet, C = self._filter(nat, False)
         T = hf.shape[-2]
         shape = hf.shape[:-2]
         ji, hr = _rows(_front(Jinv[..., 0, 0], 0)), _rows(_front(hf[..., 0], 0))
@@ -184,12 +190,18 @@ class GaussianMarkovChain(ExponentialFamily):
             return _back(a, 0).reshape(shape + (T,) + (1,) * k)
         return arr(m, 1), arr(S, 2), arr(cross, 2), hf, Jinv, logdet
 
-    def _smooth(self, nat):
+    def _smooth(self, nat, scan=None):
         """Backward pass: means, marginal covariances, Cov(x_t, x_{t-1}) (0 at t=0),
-        and the filter's hf_t, Jf_t^{-1} and log|Jf_t|."""
+        and the filter's hf_t, Jf_t^{-1} and log|Jf_t|; a long chain (or ``scan=True``)
+        by the blocked scans (:func:`_smooth_by_scan`)."""
+        h, n2, C = broadcast_nat(nat, self.event_ndims)
+        if use_scan(*h.shape[-2:], int(np.prod(h.shape[:-2]))) if scan is None else scan:
+            filtered = _filter_by_scan(h, n2, C)
+            if filtered is not None:
+                return _smooth_by_scan(*filtered)
         if np.shape(nat[0])[-1] == 1:
             return self._smooth_scalar(nat)
-        hf, Jinv, logdet, C = self._filter(nat)
+        hf, Jinv, logdet, C = self._filter(nat, False)
         mm = np.matmul
         Ji = _front(Jinv, 2)
         T = Ji.shape[0]
@@ -248,6 +260,8 @@ class GaussianMarkovChain(ExponentialFamily):
         out = np.empty(_size_tuple(size) + hf.shape)
         L = np.linalg.cholesky(_sym(Jinv))
         z = rng.standard_normal(out.shape)
+        if use_scan(T, hf.shape[-1], int(np.prod(out.shape[:-2]))):
+            return self._plus_c(_sample_by_scan(hf, Jinv, L, C, z))
         mean = _matvec(Jinv[..., T - 1, :, :], hf[..., T - 1, :])
         out[..., T - 1, :] = mean + _matvec(L[..., T - 1, :, :], z[..., T - 1, :])
         for t in range(T - 1, 0, -1):
@@ -300,6 +314,222 @@ def _front(a, event):
 def _back(a, event):
     """Inverse of :func:`_front`."""
     return np.moveaxis(a, 0, a.ndim - event - 1)
+
+
+# ---- the blocked scans over time (long sequences) ---------------------------------------------
+#: _filter and _smooth take the blocked scans for chains of at least this many steps
+SCAN_MIN_STEPS = 64
+#: ... and where every step's tr(J_tt) tr(Jf_t^{-1}) is at most this (:func:`_filter_by_scan`)
+SCAN_MAX_COND = 1e3
+
+
+def use_scan(T, D=2, n=2):
+    """Whether the filter and the smoother of n chains of T steps in R^D run as blocked
+    scans (:func:`riccati_scan`, :func:`affine_scan`) rather than one Python step per
+    time step. One chain with D = 1 keeps the recursions in Python floats, which are
+    faster up to T of some 10,000 (docs/benchmarks.md)."""
+    return T >= SCAN_MIN_STEPS and (D > 1 or n > 1)
+
+
+def scan_block(T):
+    """The block length of the scans: about sqrt(T), so that the loop within the blocks and
+    the loop over the block boundaries take about as many Python steps each."""
+    return max(2, int(round(np.sqrt(T))))
+
+
+#: up to this dimension the scans multiply and invert their (D, D) matrices by elementwise
+#: arithmetic over all steps at once (numpy's stacked matmul and inv take about a
+#: microsecond per small matrix, more than the arithmetic)
+SMALL_D = 8
+#: ... and for stacks of at least this many matrices (fewer: numpy's, in fewer calls)
+SMALL_N = 256
+
+
+def _mm(a, b):
+    """a @ b for stacks of small matrices (broadcasting like np.matmul)."""
+    if a.shape[-1] > SMALL_D or max(a.size, b.size) < SMALL_N * a.shape[-1] ** 2:
+        return np.matmul(a, b)
+    out = a[..., :, 0:1] * b[..., 0:1, :]
+    for k in range(1, a.shape[-1]):
+        out = out + a[..., :, k:k + 1] * b[..., k:k + 1, :]
+    return out
+
+
+def _inv_pd(M):
+    """(M^{-1}, log|M|) of a stack of symmetric positive definite matrices: Gauss-Jordan
+    elimination without pivoting, whose pivots (positive for such M) multiply to |M|;
+    raises LinAlgError where a pivot is not positive (M not positive definite)."""
+    D = M.shape[-1]
+    if D > SMALL_D or M.size < SMALL_N * D * D:
+        c = np.linalg.cholesky(_sym(M))
+        return np.linalg.inv(M), 2.0 * np.sum(np.log(np.diagonal(c, axis1=-2, axis2=-1)), -1)
+    A = np.array(M, dtype=float)
+    logdet = np.zeros(A.shape[:-2])
+    for k in range(D):
+        p = A[..., k, k].copy()
+        if not np.all(p > 0):
+            raise np.linalg.LinAlgError("not positive definite")
+        logdet += np.log(p)
+        A[..., k, k] = 1.0
+        A[..., k, :] /= p[..., None]
+        f = A[..., :, k].copy()
+        f[..., k] = 0.0
+        A[..., :, k] *= (np.arange(D) == k)
+        A -= f[..., :, None] * A[..., None, k, :]
+    return A, logdet
+
+
+def _filter_by_scan(h, n2, C):
+    """:meth:`GaussianMarkovChain._filter`'s results by the scans: the precisions Jf by
+    :func:`riccati_scan`, then hf_t = Phi_t hf_{t-1} + h_t with Phi_t = C_t Jf_{t-1}^{-1}
+    by :func:`affine_scan`. None where a matrix is singular or a filtered precision not
+    positive definite (the recursions then run, and name the step), and where some
+    tr(J_tt) tr(Jf_t^{-1}) (a bound on the condition of the step) exceeds SCAN_MAX_COND:
+    the scan's rounding grows with the blocks' lengths in such chains (a diffuse start
+    with weak data), and the recursions keep their results to the last digits."""
+    Jd, Cf = _front(-(n2 + _swap(n2)), 2), _front(C, 2)
+    try:
+        with np.errstate(all="ignore"):
+            Jinv, logdet = _inv_pd(riccati_scan(Jd, Cf))
+            cond = np.max(np.trace(Jd, axis1=-2, axis2=-1) * np.trace(Jinv, axis1=-2, axis2=-1))
+            if not cond <= SCAN_MAX_COND:
+                return None
+            hf = affine_scan(_phi(Cf, Jinv), _front(h, 1)[..., None])[0]
+    except np.linalg.LinAlgError:
+        return None
+    if not (np.all(np.isfinite(logdet)) and np.all(np.isfinite(hf))):
+        return None
+    return _back(hf[..., 0], 1), _back(_sym(Jinv), 2), _back(logdet, 0), C
+
+
+def _phi(Cf, Ji):
+    """Phi_t = C_t Jf_{t-1}^{-1} (0 at t = 0), time in front."""
+    Phi = np.zeros(Ji.shape)
+    Phi[1:] = _mm(Cf[1:], Ji[:-1])
+    return Phi
+
+
+def _smooth_by_scan(hf, Jinv, logdet, C):
+    """:meth:`GaussianMarkovChain._smooth`'s results from the filter's: the backward map
+    x_t = G_t x_{t+1} + Jf_t^{-1} hf_t + e_t, e_t ~ N(0, Jf_t^{-1}), G_t = Jf_t^{-1}
+    C_{t+1}^T (0 at the last step), by :func:`affine_scan` from the last step back;
+    Cov(x_t, x_{t-1}) = S_t G_{t-1}^T."""
+    Ji = _front(Jinv, 2)
+    G = np.zeros(Ji.shape)
+    G[:-1] = _mm(Ji[:-1], _swap(_front(C, 2)[1:]))
+    m, S = affine_scan(G[::-1], _mm(Ji, _front(hf, 1)[..., None])[::-1], Ji[::-1])
+    m, S = m[::-1], S[::-1]
+    cross = np.zeros(S.shape)
+    cross[1:] = _mm(S[1:], _swap(G[:-1]))
+    return (_back(m[..., 0], 1), _back(_sym(S), 2), _back(cross, 2), hf, Jinv, logdet)
+
+
+def _sample_by_scan(hf, Jinv, L, C, z):
+    """Backward sampling as an affine scan from the last step back: x_t = G_t x_{t+1} +
+    Jf_t^{-1} hf_t + L_t z_t (L_t L_t^T = Jf_t^{-1}, G_t = Jf_t^{-1} C_{t+1}^T, 0 at the
+    last step) with the draws z (size + plates + (D,)); the same draws as the loop."""
+    k = z.ndim - hf.ndim                                    # the leading draw axes
+    Ji, Lf = _front(Jinv, 2), _front(L, 2)
+    G = np.zeros(Ji.shape)
+    G[:-1] = _mm(Ji[:-1], _swap(_front(C, 2)[1:]))
+    lift = (slice(None),) + (None,) * k                     # (T, 1.., plates.., D, D)
+    g = _mm(Ji, _front(hf, 1)[..., None])[lift] + _mm(Lf[lift], np.moveaxis(z, -2, 0)[..., None])
+    x = affine_scan(G[lift][::-1], g[::-1])[0][::-1]
+    return np.moveaxis(x[..., 0], 0, -2)
+
+
+def _blocks(a, b, fill=0.0):
+    """(T, ...) -> a new (nb, b, ...) array, step t at [t // b, t % b]; padded with fill."""
+    T = a.shape[0]
+    nb = -(-T // b)
+    out = np.empty((nb * b,) + a.shape[1:])
+    out[:T] = a
+    out[T:] = fill
+    return out.reshape((nb, b) + a.shape[1:])
+
+
+def _unblock(a, T):
+    return a.reshape((-1,) + a.shape[2:])[:T]
+
+
+def riccati_scan(Jd, C, block=None):
+    """The information filter's precisions Jf_t (Jf_0 = J_00, Jf_t = J_tt - C_t
+    Jf_{t-1}^{-1} C_t^T) by a blocked scan; Jd, C (T, ..., D, D), time in front.
+    Eliminating the steps inside a block s..e from the block's potential leaves a
+    Gaussian in its left neighbour u = x_{s-1} and its step v = x_e with precision
+    [[-P, -Q^T], [-Q, R]] (over (u, v)), and taking in the next step (W = R^{-1}) gives
+
+        R' = J_{e+1} - C_{e+1} W C_{e+1}^T,  Q' = C_{e+1} W Q,  P' = P + Q^T W Q
+
+    (from R = J_ss, Q = C_s, P = 0; P enters with a minus sign). Every block at once, one
+    loop over the block length; then Jf at the blocks' ends, one step per block (with
+    the Jf of the step before the block: Jf_e = R - Q (Jf_{s-1} - P)^{-1} Q^T); then the
+    same formula at every step at once. Padding after the last step (J = I, C = 0)
+    changes nothing before it. Raises LinAlgError where a matrix to invert is not
+    positive definite."""
+    mm, sw = _mm, _swap
+    T = Jd.shape[0]
+    b = min(int(block) if block else scan_block(T), T)
+    eye = np.eye(Jd.shape[-1])
+    Jb, Cb = _blocks(Jd, b, eye), _blocks(C, b)
+    Cb[0, 0] = 0.0                                  # x_{-1} does not exist
+    R, Q, P = Jb, np.empty(Jb.shape), np.empty(Jb.shape)
+    Q[:, 0], P[:, 0] = Cb[:, 0], 0.0
+    for j in range(1, b):
+        W = _inv_pd(R[:, j - 1])[0]
+        CW = mm(Cb[:, j], W)
+        R[:, j] -= mm(CW, sw(Cb[:, j]))
+        Q[:, j] = mm(CW, Q[:, j - 1])
+        P[:, j] = P[:, j - 1] + mm(mm(sw(Q[:, j - 1]), W), Q[:, j - 1])
+    Jp = np.empty(Jb.shape[:1] + Jb.shape[2:])
+    Jp[0] = eye                                     # any: block 0 has Q = 0
+    for k in range(1, Jp.shape[0]):
+        Jp[k] = _absorb(Jp[k - 1], R[k - 1, -1], Q[k - 1, -1], P[k - 1, -1])
+    return _unblock(_absorb(Jp[:, None], R, Q, P), T)
+
+
+def _absorb(Jp, R, Q, P):
+    """Jf at a block's step from Jf of the step before the block (see :func:`riccati_scan`)."""
+    return R - _mm(Q, _mm(_inv_pd(Jp - P)[0], _swap(Q)))
+
+
+def affine_scan(Phi, g=None, L=None, block=None):
+    """(m, S) of the recursions m_t = Phi_t m_{t-1} + g_t and S_t = Phi_t S_{t-1} Phi_t^T
+    + L_t from m_{-1} = 0, S_{-1} = 0 (either g or L may be None, its result is then None)
+    by a blocked scan; Phi, L (T, ..., D, D), g (T, ..., D, 1), time in front. Within a
+    block the maps from the step before the block compose as (E, f, K) -> (Phi E, Phi f +
+    g, Phi K Phi^T + L): every block at once, one loop over the block length; then m and
+    S at the blocks' ends, one step per block; then every step at once (m = E m' + f,
+    S = E S' E^T + K)."""
+    mm, sw = _mm, _swap
+    T = Phi.shape[0]
+    b = min(int(block) if block else scan_block(T), T)
+    E = _blocks(Phi, b)
+    f = None if g is None else _blocks(g, b)
+    K = None if L is None else _blocks(L, b)
+    for j in range(1, b):
+        Pj = E[:, j].copy()
+        E[:, j] = mm(Pj, E[:, j - 1])
+        if f is not None:
+            f[:, j] += mm(Pj, f[:, j - 1])
+        if K is not None:
+            K[:, j] += mm(mm(Pj, K[:, j - 1]), sw(Pj))
+    nb = E.shape[0]
+    m0 = None if f is None else np.zeros(f.shape[:1] + f.shape[2:])
+    S0 = None if K is None else np.zeros(K.shape[:1] + K.shape[2:])
+    for k in range(1, nb):                          # m0[k], S0[k]: at the end of block k - 1
+        Ek = E[k - 1, -1]
+        if f is not None:
+            m0[k] = mm(Ek, m0[k - 1]) + f[k - 1, -1]
+        if K is not None:
+            S0[k] = mm(mm(Ek, S0[k - 1]), sw(Ek)) + K[k - 1, -1]
+    m = None if f is None else _unblock(mm(E, m0[:, None]) + f, T)
+    S = None if K is None else _unblock(mm(mm(E, S0[:, None]), sw(E)) + K, T)
+    return m, S
+
+
+def _swap(a):
+    return np.swapaxes(a, -1, -2)
 
 
 def chain_natural(h0, P0, Q, QA, AtQA, T):
