@@ -61,6 +61,8 @@ class Plan:
     updates: dict = None              # {node: "mean"} for gradient steps (Method.update)
     warm_start: bool = True           # SVI's first full step and warmup (Method.warm_start)
     delta: tuple = ()                 # point masses from the start (Method.points "nonconjugate")
+    after_sweep: tuple = ()           # steps after each sweep (model -> the ELBO's change):
+                                      # rotations of Dot(W, x) (rotations.plan_rotations)
     trace: list = field(default_factory=list)
 
 
@@ -239,6 +241,8 @@ class Run:
                     if it == 1:
                         self.begin(view)
                     L = self.sweep(view)
+                    for extra in plan.after_sweep:
+                        L += extra(self.model)
                 self.trace.append(L)
                 if not rows.stochastic:
                     plan.block.settle(self.trace)

@@ -10,7 +10,7 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
           "local_iters", "local_tol")
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
-BATCH = ("local_restart",)
+BATCH = ("local_restart", "rotate")
 #: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
 OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
 
@@ -29,6 +29,7 @@ class FitOptions:
     local_iters: int = None
     local_tol: float = None
     local_restart: bool = None
+    rotate: bool = True
     batch_size: int = None
     epochs: int = None
     max_steps: int = None
@@ -98,7 +99,7 @@ def parse_options(method, options):
         elif k in _REALS:
             low, high, open_low = _REALS[k]
             options[k] = _real(k, v, method.name, low, high, open_low)
-    for k in ("progress", "resume", "local_restart", "final_local_pass"):
+    for k in ("progress", "resume", "local_restart", "final_local_pass", "rotate"):
         if options.get(k) is not None and not isinstance(options[k], bool):
             raise TypeError(f"fit({method.name!r}): {k} must be True or False, got {options[k]!r}")
     if options.get("callback") is not None and not callable(options["callback"]):
