@@ -218,7 +218,10 @@ def find_rotations(model):
     for d in model.nodes:
         if not isinstance(d, Dot) or getattr(d, "X", 0) is not None or d not in model.graph:
             continue
-        a, b = d.operands
+        # the operand with more entries (then the earlier in the model) takes R: the same
+        # step for Dot(W, x) and Dot(x, W)
+        a, b = sorted(d.operands, key=lambda n: (-int(np.prod(n.plates, dtype=int)),
+                                                  model.nodes.index(n)))
         if a in used or b in used:
             continue
         x, w = _side(model, a, d, False), _side(model, b, d, True)
