@@ -187,7 +187,7 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
                 updates={n: method.update for n in points} if method.points == "nonconjugate"
                 else {}, warm_start=method.warm_start,
                 delta=tuple(points) if method.points == "nonconjugate" else (),
-                after_sweep=plan_rotations(model, method, opts, points, on_dask))
+                between_sweeps=plan_rotations(model, method, opts, points, on_dask))
     if on_dask:  # rows on a Dask cluster (docs/scaling.md)
         driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
         if driver:

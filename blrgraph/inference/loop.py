@@ -61,8 +61,9 @@ class Plan:
     updates: dict = None              # {node: "mean"} for gradient steps (Method.update)
     warm_start: bool = True           # SVI's first full step and warmup (Method.warm_start)
     delta: tuple = ()                 # point masses from the start (Method.points "nonconjugate")
-    after_sweep: tuple = ()           # steps after each sweep (model -> the ELBO's change):
-                                      # rotations of Dot(W, x) (rotations.plan_rotations)
+    between_sweeps: tuple = ()        # steps before every sweep but the first (model -> the
+                                      # ELBO's change, >= 0), so each reported state is a
+                                      # sweep's: rotations of Dot(W, x) (rotations.py)
     trace: list = field(default_factory=list)
 
 
@@ -240,9 +241,10 @@ class Run:
                 with view:
                     if it == 1:
                         self.begin(view)
+                    else:
+                        for extra in plan.between_sweeps:
+                            extra(self.model)
                     L = self.sweep(view)
-                    for extra in plan.after_sweep:
-                        L += extra(self.model)
                 self.trace.append(L)
                 if not rows.stochastic:
                     plan.block.settle(self.trace)

@@ -26,8 +26,10 @@ the rotation, at the rotated loadings; f is exactly the ELBO's change between th
 A step whose optimum does not improve the ELBO leaves q as it is, so the ELBO never
 decreases.
 
-The step is declared in the plan (:attr:`~blrgraph.inference.loop.Plan.after_sweep`) by
-:func:`plan_rotations` wherever the structure is recognised (:func:`find_rotations`):
+The step is declared in the plan (:attr:`~blrgraph.inference.loop.Plan.between_sweeps`:
+after every sweep but the last, so that the state a fit reports is a sweep's, every local
+q optimal given the rest) by :func:`plan_rotations` wherever the structure is recognised
+(:func:`find_rotations`):
 ``Dot`` of two latent MultivariateNormal nodes, each read only by that Dot, each with a
 zero prior mean and either a fixed precision matrix (the same for every entry) or a Gamma
 precision (plates (K,) or ()) with fixed parameters read only by that operand; no masked
