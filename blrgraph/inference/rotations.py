@@ -83,8 +83,9 @@ class _Side:
         if self.kind == "ard":
             b = self.b0 + 0.5 * np.einsum("kl,kl->k", TS, T)
             return -float(np.sum(self.a * np.log(b))), -(self.a / b)[:, None] * TS
-        b = float(self.b0) + 0.5 * float(np.sum(TS * T))
-        return -float(self.a) * np.log(b), -(float(self.a) / b) * TS
+        a = float(np.reshape(self.a, -1)[0])
+        b = float(np.reshape(self.b0, -1)[0]) + 0.5 * float(np.sum(TS * T))
+        return -a * np.log(b), -(a / b) * TS
 
     def apply(self, Tinv):
         """q(v) -> q(T v): lam1 -> T^{-T} lam1, lam2 -> T^{-T} lam2 T^{-1} (a precision shared
