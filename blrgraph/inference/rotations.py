@@ -256,8 +256,10 @@ def _side(model, node, dot, inverse):
     K = np.shape(node.nat[0])[-1]
     f = node.factor
     if type(f) is MultivariateNormalFactor and isinstance(f.parents[1], Constant):
-        lam2 = np.asarray(node.prior_natural()[1])
-        L = -2.0 * np.reshape(lam2, (-1, K, K))
+        L = np.asarray(f.parents[1].value, dtype=float)   # the fixed precision (not the
+        if L.shape[-2:] != (K, K):                           # prior's stack over the entries)
+            return None
+        L = np.reshape(L, (-1, K, K))
         if not np.all(L == L[0]):
             return None
         return _Side(node, inverse, "fixed", L=L[0])
