@@ -17,6 +17,7 @@ from .optimizers import HYPER
 from .options import parse_options
 from .points import resolve_points
 from .result import FitResult
+from .rotations import plan_rotations
 from .steps import damped_nodes, initial_rhos
 from .starts import (SCREEN_STARTS, SCREEN_SWEEPS, Default, check_init, default_start,
                      restart_start)
@@ -185,7 +186,8 @@ def plan_run(model, method, opts, structure, restart=0, start=None):
                 schedule=(method.tau, method.kappa) if method.step == "robbins_monro" else None,
                 updates={n: method.update for n in points} if method.points == "nonconjugate"
                 else {}, warm_start=method.warm_start,
-                delta=tuple(points) if method.points == "nonconjugate" else ())
+                delta=tuple(points) if method.points == "nonconjugate" else (),
+                between_sweeps=plan_rotations(model, method, opts, points, on_dask))
     if on_dask:  # rows on a Dask cluster (docs/scaling.md)
         driver = [v for v in starts.values() if isinstance(v, str) and v in ("topics", "documents")]
         if driver:

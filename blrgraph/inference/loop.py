@@ -61,6 +61,9 @@ class Plan:
     updates: dict = None              # {node: "mean"} for gradient steps (Method.update)
     warm_start: bool = True           # SVI's first full step and warmup (Method.warm_start)
     delta: tuple = ()                 # point masses from the start (Method.points "nonconjugate")
+    between_sweeps: tuple = ()        # steps before every sweep but the first (model -> the
+                                      # ELBO's change, >= 0), so each reported state is a
+                                      # sweep's: rotations of Dot(W, x) (rotations.py)
     trace: list = field(default_factory=list)
 
 
@@ -263,6 +266,9 @@ class Run:
                 with view:
                     if it == 1:
                         self.begin(view)
+                    else:
+                        for extra in plan.between_sweeps:
+                            extra(self.model)
                     L = self.sweep(view)
                 self.trace.append(L)
                 if not rows.stochastic:

@@ -10,7 +10,7 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
           "local_iters", "local_tol")
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
-BATCH = ("local_restart", "n_jobs")
+BATCH = ("local_restart", "n_jobs", "rotate")
 #: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
 OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
 
@@ -30,6 +30,7 @@ class FitOptions:
     local_tol: float = None
     local_restart: bool = None
     n_jobs: int = None
+    rotate: bool = True
     batch_size: int = None
     epochs: int = None
     max_steps: int = None
@@ -106,7 +107,7 @@ def parse_options(method, options):
             raise ValueError(f"fit({method.name!r}): n_jobs must be an integer >= 1 (partitions "
                              f"of the rows fitted in threads) or -1 (every core), got {jobs!r}")
         options["n_jobs"] = int(jobs)
-    for k in ("progress", "resume", "local_restart", "final_local_pass"):
+    for k in ("progress", "resume", "local_restart", "final_local_pass", "rotate"):
         if options.get(k) is not None and not isinstance(options[k], bool):
             raise TypeError(f"fit({method.name!r}): {k} must be True or False, got {options[k]!r}")
     if options.get("callback") is not None and not callable(options["callback"]):
