@@ -621,6 +621,9 @@ class Stochastic(Node):
             if why:
                 raise AttributeError(f"{self.label()} has no posterior: {why}")
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
+        mix = getattr(self, "q_mixture", None)   # fit("mog"): a mixture while q is its own
+        if mix is not None and mix.nat is self.nat:
+            return mix.posterior()
         return Posterior(self)
 
     # ---- entries that integrate out -----------------------------------------

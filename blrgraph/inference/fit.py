@@ -67,6 +67,9 @@ def fit(model, method="vmp", **options):
         raise ValueError(f"fit({method.name!r}, resume=True): the optimizer's state (moments, "
                          f"curvature, momentum) is not saved with the run; fit again from the "
                          f"start with a larger budget")
+    if method.update == "mog" and opts.restarts != 1:
+        raise ValueError("fit('mog'): restarts= is not available (the mixture's components "
+                         "already start apart); fit with more components=")
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)

@@ -26,23 +26,25 @@ from __future__ import annotations
 import numpy as np
 
 #: the update kinds served here (``Method.update``)
-OPTIMIZERS = ("adam", "ogn", "vogn", "ivon")
+OPTIMIZERS = ("adam", "ogn", "vogn", "ivon", "mog")
 
 #: defaults of the hyper-parameters (``fit(..., beta1=, beta2=, eps=, hess_init=, ess=,
-#: mc_samples=)``), per optimizer; ess=None means N, the number of data rows.
+#: mc_samples=, components=)``), per optimizer; ess=None means N, the number of data rows.
 #: adam: Kingma & Ba (2015), Algorithm 1. ivon: the authors' package
 #: (team-approx-bayes/ivon, ``ivon/_ivon.py``: beta1 0.9, beta2 0.99999, hess_init 1.0,
 #: mc_samples 1) and Shen et al. (2024), Algorithm 1 (ess = N). ogn/vogn: the BLR step
 #: of Khan & Rue (2023), eq. (4.4)--(4.6) (beta2 = None: the curvature moves with rho, the
 #: plain BLR; beta1 = 0: no momentum), one draw per step (Osawa et al. 2019 use one).
+#: mog: two components, 64 fixed draws per component (:mod:`.mixture_q`).
 DEFAULTS = {
     "adam": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
     "ogn": {"beta1": 0.0, "beta2": None, "ess": None},
     "vogn": {"beta1": 0.0, "beta2": None, "ess": None, "mc_samples": 1},
     "ivon": {"beta1": 0.9, "beta2": 0.99999, "hess_init": 1.0, "ess": None, "mc_samples": 1},
+    "mog": {"components": 2, "mc_samples": 64},
 }
 #: every hyper-parameter name (fit options)
-HYPER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
+HYPER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples", "components")
 
 
 def check_hyper(method_name, update, given):
@@ -61,9 +63,10 @@ def check_hyper(method_name, update, given):
         if k not in out:
             raise TypeError(f"fit({method_name!r}) has no option {k}; its options are "
                             f"{sorted(out)}")
-        if k == "mc_samples":
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"fit({method_name!r}): mc_samples must be an integer >= 1, "
+        if k in ("mc_samples", "components"):
+            low = 2 if (k, update) == ("mc_samples", "mog") else 1
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"fit({method_name!r}): {k} must be an integer >= {low}, "
                                  f"got {v!r}")
             out[k] = int(v)
             continue
@@ -93,7 +96,9 @@ def bind(updates, method, plan, rng):
     N = getattr(plan.rows, "N", None) or plan.structure.N
     seq = getattr(rng.bit_generator, "seed_seq", None) or rng.bit_generator._seed_seq
     draws = np.random.default_rng(seq.spawn(1)[0])   # the minibatch stream is left as it is
-    cls = {"adam": Adam, "ogn": GaussNewton, "vogn": GaussNewton, "ivon": IVON}[method.update]
+    from .mixture_q import MixtureGaussian
+    cls = {"adam": Adam, "ogn": GaussNewton, "vogn": GaussNewton, "ivon": IVON,
+           "mog": MixtureGaussian}[method.update]
     return {n: (cls(method, n, hyper, N, draws) if kind == method.update else kind)
             for n, kind in updates.items()}
 
