@@ -207,7 +207,7 @@ class MixtureGaussian(Optimizer):
         means = m + self.rng.standard_normal((self.K, d)) @ C.T
         self.q = MixtureQ(self.node, np.full(self.K, -np.log(self.K)), means,
                           np.broadcast_to(P, (self.K, d, d)).copy())
-        self.prior = _prior(self.node)
+        self.prior_full = _prior(self.node)
 
     def evaluate(self, model, q, iteration=None):
         """At the draws of every component: F (K,) = E_qk[f], G (K, d) = E_qk[grad f],
@@ -233,7 +233,7 @@ class MixtureGaussian(Optimizer):
         """log p(D, w) and its gradient at the rows of W (n, d): the prior (exact) plus
         every Potential child (one reverse pass over all rows of W)."""
         from .optimizers import potential_grad
-        mu0, P0, logdet0 = self.prior
+        mu0, P0, logdet0 = self.prior_full
         diff = W - mu0
         Pd = diff @ P0
         lp = 0.5 * logdet0 - 0.5 * W.shape[1] * _LOG2PI - 0.5 * np.einsum("ni,ni->n", diff, Pd)

@@ -271,12 +271,12 @@ class Optimizer:
         self.t = 0
         self.state = None
 
-    def gradients(self, model, theta, scale, iteration):
+    def gradients(self, model, theta, scale, iteration, prior=True):
         """(G (S,) + shape, GN (S,) + shape or None): gradient of log p(D, theta) (the
-        likelihood scaled) at each draw, and the scaled sum of squared per-row gradients."""
+        likelihood scaled; without the prior's term when ``prior`` is False) at each
+        draw, and the scaled sum of squared per-row gradients."""
         node = self.node
-        grad_prior, _ = self.view.prior()
-        G = grad_prior(theta)
+        G = self.prior[0](theta) if prior else np.zeros_like(theta)
         GN = np.zeros_like(theta) if self.per_row else None
         from ..graph.potential import Potential
         from .blr import message_from
@@ -320,6 +320,7 @@ class Optimizer:
     def step(self, model, node, rho, iteration, scale):
         self.saved = node.nat      # restored if the run stops on this step (:func:`refused`)
         self.t += 1
+        self.prior = self.view.prior()   # (gradient function, diagonal precision): once a step
         m, prec = self.view.mean_prec()
         new_m, new_prec = self.update(model, m, prec, rho, iteration, scale)
         self._check(new_m, iteration, "step")
@@ -369,7 +370,7 @@ class GaussNewton(Optimizer):
 
     def update(self, model, m, prec, rho, iteration, scale):
         h = self.hyper
-        _, P0 = self.view.prior()
+        grad_prior, P0 = self.prior
         P0 = np.broadcast_to(P0, m.shape)
         ess = h.get("ess") or self.N
         b1 = h["beta1"]
@@ -383,9 +384,8 @@ class GaussNewton(Optimizer):
             theta = m + eps / np.sqrt(S)
         else:
             theta = m[None]
-        G, GN = self.gradients(model, theta, scale, iteration)
-        grad_prior, _ = self.view.prior()   # the prior's exact expectation: its gradient at m
-        G = (G - grad_prior(theta)).mean(0) + grad_prior(m)
+        G, GN = self.gradients(model, theta, scale, iteration, prior=False)
+        G = G.mean(0) + grad_prior(m)       # the prior's exact expectation: its gradient at m
         GN = GN.mean(0)
         st["s"] = (1.0 - b2) * st["s"] + b2 * GN
         st["u"] = b1 * st["u"] + (1.0 - b1) * G
@@ -411,7 +411,7 @@ class IVON(Optimizer):
 
     def update(self, model, m, prec, rho, iteration, scale):
         hy = self.hyper
-        grad_prior, P0 = self.view.prior()
+        grad_prior, P0 = self.prior
         P0 = np.broadcast_to(P0, m.shape)
         ess = hy.get("ess") or self.N
         delta = P0 / ess
@@ -422,8 +422,8 @@ class IVON(Optimizer):
         sigma = 1.0 / np.sqrt(ess * (st["h"] + delta))
         eps = self.rng.standard_normal((hy["mc_samples"],) + m.shape)
         theta = m + sigma * eps
-        G = self.gradients(model, theta, scale, iteration)[0]
-        ghat = -(G - grad_prior(theta)) / self.N        # the likelihood's mean loss gradient
+        G = self.gradients(model, theta, scale, iteration, prior=False)[0]
+        ghat = -G / self.N                              # the likelihood's mean loss gradient
         gbar = ghat.mean(0)
         hhat = (ghat * eps).mean(0) / sigma
         st["g"] = b1 * st["g"] + (1.0 - b1) * gbar
