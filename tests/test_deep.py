@@ -329,7 +329,8 @@ def test_mlp_regressor_and_bad_input():
     X = rng.uniform(-2, 2, size=(200, 1))
     y = np.sin(X[:, 0]) * 3 + 0.1 * rng.normal(size=200)
     model = mlp.build((X, y), hidden=(16,), task="regression")
-    fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150})
+    assert model.meta["fit_options"]["rho"] == 0.2
+    fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150, "seed": 0})
     pred = mlp.predict(fit, X[:50], S=20)
     assert pred.shape == (50,) and np.sqrt(np.mean((pred - y[:50]) ** 2)) < 0.5 * np.std(y)
     with pytest.raises(TypeError, match="predict_proba is for a classifier"):

@@ -91,6 +91,7 @@ class PotentialFactor(Conditional):
         self._z = None
         self._cache = None
         self._rows_cache = None
+        self._point_cache = None
 
     @property
     def elbo_is_estimate(self):
@@ -127,6 +128,7 @@ class PotentialFactor(Conditional):
         """Forget the cached evaluations (the rows changed: a minibatch, new data)."""
         self._cache = None
         self._rows_cache = None
+        self._point_cache = None
 
     def release(self):
         self.invalidate()
@@ -285,19 +287,23 @@ class PotentialFactor(Conditional):
         return self.point_value()
 
     def point_value(self):
-        """logp at the point (every parent a point mass): one forward pass, no gradient
-        (cached with the draws; a later ``value_and_grads`` adds the gradients)."""
-        ps = self.draws()
-        if "value" not in self._cache:
-            import autograd.numpy as anp
-            data, w = self.rows()
-            xs = [p.x for p in ps]
-            if self._batched(xs, data):
-                v = self._totals(xs, data, w, anp)
-            else:
-                v = self._totals([x[0] for x in xs], data, w, anp)
-            self._cache["value"] = float(np.mean(np.asarray(v, dtype=float)))
-        return self._cache["value"]
+        """logp at the point (every parent a point mass): one forward pass at the
+        parents' means, no draws and no gradient (cached while the parents' moments
+        are the same objects)."""
+        moms = [p.moments() for p in self.parents]
+        pc = self._point_cache
+        if pc is not None and all(a is b for a, b in zip(pc[0], moms)):
+            return pc[1]
+        import autograd.numpy as anp
+        data, w = self.rows()
+        xs = self._means()
+        if self._batched([x[None] for x in xs], data):
+            v = self._totals([x[None] for x in xs], data, w, anp)
+        else:
+            v = self._totals(xs, data, w, anp)
+        value = float(np.mean(np.asarray(v, dtype=float)))
+        self._point_cache = (moms, value)
+        return value
 
     def _exact_hessian(self, k):
         """E over the draws of the exact Hessian of logp in parent k, (n, n), from
