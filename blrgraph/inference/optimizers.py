@@ -112,6 +112,7 @@ class _Node:
         e1, e2 = node.nat
         self.mvn = np.ndim(e2) > np.ndim(e1)
         self.shape = np.shape(e1)
+        self._prior = None    # (the parents' moments it was computed from, the result)
 
     def mean_prec(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.nat)
@@ -131,7 +132,14 @@ class _Node:
             self.node.set_natural((prec * m, -0.5 * prec))
 
     def prior(self):
-        """(gradient function of log prior, its diagonal precision)."""
+        """(gradient function of log prior, its diagonal precision), computed again only
+        when a parent's moments are new objects (a latent parent moved)."""
+        moms = [p.moments() for p in self.node.parents]
+        if self._prior is None or not all(a is b for a, b in zip(self._prior[0], moms)):
+            self._prior = (moms, self._make_prior())
+        return self._prior[1]
+
+    def _make_prior(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.prior_natural())
         if self.mvn:
             e2 = np.broadcast_to(e2, self.shape + self.shape[-1:])
