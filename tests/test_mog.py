@@ -57,6 +57,7 @@ def test_two_components_cover_both_modes_where_one_gaussian_locks_on_one():
     np.testing.assert_allclose(q.means[order], m, rtol=1e-3)
     np.testing.assert_allclose(q.covs[order], v, rtol=1e-3)
     assert abs(fit.elbo - log_z) < 1e-3                # the ELBO reaches log p(D)
+    assert fit.objective == "elbo"
     x1, model1 = _bimodal_model()
     one = model1.fit("mog", components=1, seed=1)
     assert x1.posterior.var < 0.75 * var               # a single Gaussian: less than 3/4

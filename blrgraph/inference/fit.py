@@ -268,7 +268,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),
                     converged=converged and not method.stochastic, method=method.name,
-                    model=model, objective="em_bound" if plan.points else "elbo",
+                    model=model, objective="em_bound" if plan.points and method.update != "mog" else "elbo",
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
