@@ -191,3 +191,21 @@ def test_mog_refuses_what_it_cannot_fit():
     built = bg.Model(bg.Bernoulli(logits=bg.Dot(X, w), name="y").observe(y))
     with pytest.raises(ValueError, match="Potential"):
         built.fit("mog")
+
+
+def test_mog_on_a_potential_with_data_matches_the_quadrature_variance():
+    """y_i ~ N(t^2, 1): a posterior with modes at +-sqrt(mean y); the Potential's rows."""
+    y = np.random.default_rng(0).normal(1.5, 1.0, size=40)
+
+    def lik(t, y):
+        return -0.5 * (y - t[..., None] ** 2) ** 2
+
+    t = bg.Normal(0.0, 0.25, name="t")
+    fit = bg.Model(bg.Potential(lik, t, data=(y,), name="lik")).fit("mog", seed=0)
+    dens = lambda s: np.exp(np.sum(lik(np.array(s), y)) - 0.125 * s * s + 60)  # noqa: E731
+    Z = integrate.quad(dens, -6, 6, points=[-1.2, 1.2])[0]
+    var = integrate.quad(lambda s: s * s * dens(s), -6, 6, points=[-1.2, 1.2])[0] / Z
+    assert fit.converged
+    assert abs(t.posterior.var / var - 1) < 1e-3 and abs(t.posterior.mean) < 0.01
+    np.testing.assert_allclose(t.posterior.weights, [0.5, 0.5], atol=0.01)   # by symmetry
+    assert np.prod(t.posterior.means) < 0                     # one component on each mode
