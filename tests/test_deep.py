@@ -273,6 +273,27 @@ def test_mlp_network_gradients_equal_autograd_through_the_plain_network():
     assert np.allclose(one(W[0], X, Y), want, rtol=1e-12)
 
 
+def test_mlp_softmax_loglik_primitive_equals_autograd_through_the_plain_ops():
+    from autograd import grad
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(1)
+    shapes = mlp.layer_shapes(5, (4,), 3)
+    D = sum(a * b + b for a, b in shapes)
+    X, Y = rng.normal(size=(7, 5)), np.eye(3)[rng.integers(0, 3, 7)]
+    Y[2] = 0.0                                        # a masked row: no label
+
+    def plain(a):
+        z = _plain_forward(a, X, shapes)
+        return anp.sum(Y * z, -1) - anp.log(anp.sum(anp.exp(z), -1))
+
+    fused = mlp.classifier_logp(shapes, 3)
+    for w in (rng.normal(size=D), rng.normal(size=(4, D))):
+        assert np.allclose(fused(w, X, Y), plain(w), rtol=1e-12, atol=1e-13)
+        g1 = grad(lambda a: anp.sum(anp.sin(fused(a, X, Y))))(w)
+        g2 = grad(lambda a: anp.sum(anp.sin(plain(a))))(w)
+        assert np.allclose(g1, g2, rtol=1e-12, atol=1e-13)
+
+
 def _blobs(N=240, F=4, K=3, seed=0):
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(K, F)) * 3
@@ -308,7 +329,8 @@ def test_mlp_regressor_and_bad_input():
     X = rng.uniform(-2, 2, size=(200, 1))
     y = np.sin(X[:, 0]) * 3 + 0.1 * rng.normal(size=200)
     model = mlp.build((X, y), hidden=(16,), task="regression")
-    fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150})
+    assert model.meta["fit_options"]["rho"] == 0.2
+    fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150, "seed": 0})
     pred = mlp.predict(fit, X[:50], S=20)
     assert pred.shape == (50,) and np.sqrt(np.mean((pred - y[:50]) ** 2)) < 0.5 * np.std(y)
     with pytest.raises(TypeError, match="predict_proba is for a classifier"):

@@ -333,6 +333,9 @@ class Stochastic(Node):
             if self.unfitted_reason:
                 raise AttributeError(f"{self.label()} has no posterior: {self.unfitted_reason}")
             raise AttributeError(f"{self.label()} has no posterior yet: call Model(...).fit() first")
+        mix = getattr(self, "q_mixture", None)   # fit("mog"): a mixture while q is its own
+        if mix is not None and mix.nat is self.nat:
+            return mix.posterior()
         return Posterior(self)
 
     # ---- entries that integrate out -----------------------------------------

@@ -54,6 +54,7 @@ from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
 from .factors.base import Conditional, Slot
 from .node import Node, Stochastic
+from .potential_draws import _Parent, _sqrt_cov, standard_draws  # noqa: F401 (re-exported)
 
 #: draws: max(MIN_SAMPLES, 2 n + 2) up to MAX_AUTO_SAMPLES unless ``samples=`` is given
 MIN_SAMPLES = 64
@@ -61,53 +62,6 @@ MAX_AUTO_SAMPLES = 512
 #: at most this many numbers (draws x rows) in one evaluation of logp (memory O(S N))
 CHUNK = 4_000_000
 _GAUSSIAN = (NormalFamily, MVNFamily)
-
-
-def _sqrt_cov(cov):
-    """A square root L (L L^T = cov) of a PSD stack: Cholesky, else a clipped eigh."""
-    cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
-    try:
-        return np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        lam, V = np.linalg.eigh(cov)
-        return V * np.sqrt(np.maximum(lam, 0.0))[..., None, :]
-
-
-def standard_draws(S, n, seed):
-    """(S, n) standard-normal draws whose sample mean is 0 and second moment exactly I
-    (antithetic pairs, whitened; with S/2 <= n each coordinate is standardised)."""
-    rng = np.random.default_rng(None if seed is None else [int(seed), 20241127])
-    half = rng.standard_normal((S // 2, n))
-    if S // 2 > n:
-        L = np.linalg.cholesky(half.T @ half / (S // 2))
-        half = np.linalg.solve(L, half.T).T
-    else:
-        half = half / np.sqrt(np.mean(half * half, axis=0))
-    return np.concatenate([half, -half])
-
-
-class _Parent:
-    """One parent's draws: x (S,) + value shape, mean m, covariance (or variance)."""
-
-    def __init__(self, node, mom, z):
-        self.node = node
-        m1 = np.asarray(mom[0], dtype=float)
-        self.mvn = isinstance(node.provides, MVNFamily)
-        if self.mvn:
-            D = m1.shape[-1]
-            self.shape = tuple(node.plates) + (D,)
-            self.m = np.broadcast_to(m1, self.shape)
-            self.cov = (np.broadcast_to(mom[1], self.shape + (D,))
-                        - self.m[..., :, None] * self.m[..., None, :])
-            self.x = self.m + np.einsum("...ij,s...j->s...i", _sqrt_cov(self.cov),
-                                        z.reshape((-1,) + self.shape))
-        else:
-            self.shape = tuple(node.plates)
-            self.m = np.broadcast_to(m1, self.shape)
-            self.cov = np.maximum(np.broadcast_to(mom[1], self.shape) - self.m * self.m, 0.0)
-            self.x = self.m + np.sqrt(self.cov) * z.reshape((-1,) + self.shape)
-        self.D = self.shape[-1] if self.mvn else 1
-        self.n = int(np.prod(self.shape, dtype=int))
 
 
 class RowSource:
@@ -137,6 +91,7 @@ class PotentialFactor(Conditional):
         self._z = None
         self._cache = None
         self._rows_cache = None
+        self._point_cache = None
 
     @property
     def elbo_is_estimate(self):
@@ -173,6 +128,7 @@ class PotentialFactor(Conditional):
         """Forget the cached evaluations (the rows changed: a minibatch, new data)."""
         self._cache = None
         self._rows_cache = None
+        self._point_cache = None
 
     def release(self):
         self.invalidate()
@@ -331,19 +287,23 @@ class PotentialFactor(Conditional):
         return self.point_value()
 
     def point_value(self):
-        """logp at the point (every parent a point mass): one forward pass, no gradient
-        (cached with the draws; a later ``value_and_grads`` adds the gradients)."""
-        ps = self.draws()
-        if "value" not in self._cache:
-            import autograd.numpy as anp
-            data, w = self.rows()
-            xs = [p.x for p in ps]
-            if self._batched(xs, data):
-                v = self._totals(xs, data, w, anp)
-            else:
-                v = self._totals([x[0] for x in xs], data, w, anp)
-            self._cache["value"] = float(np.mean(np.asarray(v, dtype=float)))
-        return self._cache["value"]
+        """logp at the point (every parent a point mass): one forward pass at the
+        parents' means, no draws and no gradient (cached while the parents' moments
+        are the same objects)."""
+        moms = [p.moments() for p in self.parents]
+        pc = self._point_cache
+        if pc is not None and all(a is b for a, b in zip(pc[0], moms)):
+            return pc[1]
+        import autograd.numpy as anp
+        data, w = self.rows()
+        xs = self._means()
+        if self._batched([x[None] for x in xs], data):
+            v = self._totals([x[None] for x in xs], data, w, anp)
+        else:
+            v = self._totals(xs, data, w, anp)
+        value = float(np.mean(np.asarray(v, dtype=float)))
+        self._point_cache = (moms, value)
+        return value
 
     def _exact_hessian(self, k):
         """E over the draws of the exact Hessian of logp in parent k, (n, n), from

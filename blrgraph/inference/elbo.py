@@ -14,9 +14,11 @@ def elbo(model):
             raise ValueError(f"the ELBO over {node.label()} needs its data in memory, but it is "
                              f"streamed; fit('svi') reports a minibatch estimate "
                              f"(fit_result.elbo_trace), or observe an in-memory array")
-    total = 0.0
+    from .mixture_q import model_elbo
+    total, covered = model_elbo(model)   # nodes with a mixture q (fit("mog")) and their factors
     for node in model.stochastic:
-        total += _term(node)
+        if node not in covered:
+            total += _term(node)
     return total
 
 

@@ -68,6 +68,9 @@ def fit(model, method="vmp", **options):
         raise ValueError(f"fit({method.name!r}, resume=True): the optimizer's state (moments, "
                          f"curvature, momentum) is not saved with the run; fit again from the "
                          f"start with a larger budget")
+    if method.update == "mog" and opts.restarts != 1:
+        raise ValueError("fit('mog'): restarts= is not available (the mixture's components "
+                         "already start apart); fit with more components=")
     check_method(model, method)
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
@@ -269,7 +272,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),
                     converged=converged and not method.stochastic, method=method.name,
-                    model=model, objective="em_bound" if plan.points else "elbo",
+                    model=model, objective="em_bound" if plan.points and method.update != "mog" else "elbo",
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed

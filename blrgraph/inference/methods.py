@@ -43,7 +43,8 @@ class Method:
         (the delta-method nodes keep their precision and m <- m + rho grad log p(D, m):
         gradient descent), or an optimizer of the deep-learning rows ("adam", "ogn", "vogn",
         "ivon": :mod:`~blrgraph.inference.optimizers`, a diagonal Gaussian stepped with its
-        own state; ``hyper`` holds its settings).
+        own state; "mog": a mixture of Gaussians, :mod:`~blrgraph.inference.mixture_q`;
+        ``hyper`` holds its settings).
     variational : report the stepped nodes' q = N(m, diag(1/S)) at the end, not the point
         (vogn, ivon).
     hyper : ((name, value), ...) of the optimizer (``fit(..., beta1=, beta2=, ess=, ...)``).
@@ -140,6 +141,11 @@ METHODS = {
                    stochastic=True, warm_start=False, variational=True,
                    description="IVON (Shen et al. 2024): Price Hessian estimate at draws of q, "
                                "momentum, Hessian initialisation, ess = N"),
+    "mog": Method("mog", points="nonconjugate", update="mog", rho=0.2, nonconjugate=True,
+                  variational=True,
+                  description="mixture of K Gaussians (Lin, Khan & Schmidt 2019): each "
+                              "component takes the BLR step weighted by its responsibilities, "
+                              "the weights theirs (components=K, default 2)"),
     "svi": Method("svi", step="robbins_monro", stochastic=True, nonconjugate=True,
                   description="stochastic VI: local rho = 1, global rho_t = (t + tau)^-kappa "
                               "on minibatches scaled by N/|B|"),

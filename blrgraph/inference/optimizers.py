@@ -26,23 +26,25 @@ from __future__ import annotations
 import numpy as np
 
 #: the update kinds served here (``Method.update``)
-OPTIMIZERS = ("adam", "ogn", "vogn", "ivon")
+OPTIMIZERS = ("adam", "ogn", "vogn", "ivon", "mog")
 
 #: defaults of the hyper-parameters (``fit(..., beta1=, beta2=, eps=, hess_init=, ess=,
-#: mc_samples=)``), per optimizer; ess=None means N, the number of data rows.
+#: mc_samples=, components=)``), per optimizer; ess=None means N, the number of data rows.
 #: adam: Kingma & Ba (2015), Algorithm 1. ivon: the authors' package
 #: (team-approx-bayes/ivon, ``ivon/_ivon.py``: beta1 0.9, beta2 0.99999, hess_init 1.0,
 #: mc_samples 1) and Shen et al. (2024), Algorithm 1 (ess = N). ogn/vogn: the BLR step
 #: of Khan & Rue (2023), eq. (4.4)--(4.6) (beta2 = None: the curvature moves with rho, the
 #: plain BLR; beta1 = 0: no momentum), one draw per step (Osawa et al. 2019 use one).
+#: mog: two components, 64 fixed draws per component (:mod:`.mixture_q`).
 DEFAULTS = {
     "adam": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
     "ogn": {"beta1": 0.0, "beta2": None, "ess": None},
     "vogn": {"beta1": 0.0, "beta2": None, "ess": None, "mc_samples": 1},
     "ivon": {"beta1": 0.9, "beta2": 0.99999, "hess_init": 1.0, "ess": None, "mc_samples": 1},
+    "mog": {"components": 2, "mc_samples": 64},
 }
 #: every hyper-parameter name (fit options)
-HYPER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
+HYPER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples", "components")
 
 
 def check_hyper(method_name, update, given):
@@ -61,9 +63,10 @@ def check_hyper(method_name, update, given):
         if k not in out:
             raise TypeError(f"fit({method_name!r}) has no option {k}; its options are "
                             f"{sorted(out)}")
-        if k == "mc_samples":
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"fit({method_name!r}): mc_samples must be an integer >= 1, "
+        if k in ("mc_samples", "components"):
+            low = 2 if (k, update) == ("mc_samples", "mog") else 1
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"fit({method_name!r}): {k} must be an integer >= {low}, "
                                  f"got {v!r}")
             out[k] = int(v)
             continue
@@ -93,7 +96,9 @@ def bind(updates, method, plan, rng):
     N = getattr(plan.rows, "N", None) or plan.structure.N
     seq = getattr(rng.bit_generator, "seed_seq", None) or rng.bit_generator._seed_seq
     draws = np.random.default_rng(seq.spawn(1)[0])   # the minibatch stream is left as it is
-    cls = {"adam": Adam, "ogn": GaussNewton, "vogn": GaussNewton, "ivon": IVON}[method.update]
+    from .mixture_q import MixtureGaussian
+    cls = {"adam": Adam, "ogn": GaussNewton, "vogn": GaussNewton, "ivon": IVON,
+           "mog": MixtureGaussian}[method.update]
     return {n: (cls(method, n, hyper, N, draws) if kind == method.update else kind)
             for n, kind in updates.items()}
 
@@ -107,6 +112,7 @@ class _Node:
         e1, e2 = node.nat
         self.mvn = np.ndim(e2) > np.ndim(e1)
         self.shape = np.shape(e1)
+        self._prior = None    # (the parents' moments it was computed from, the result)
 
     def mean_prec(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.nat)
@@ -126,7 +132,14 @@ class _Node:
             self.node.set_natural((prec * m, -0.5 * prec))
 
     def prior(self):
-        """(gradient function of log prior, its diagonal precision)."""
+        """(gradient function of log prior, its diagonal precision), computed again only
+        when a parent's moments are new objects (a latent parent moved)."""
+        moms = [p.moments() for p in self.node.parents]
+        if self._prior is None or not all(a is b for a, b in zip(self._prior[0], moms)):
+            self._prior = (moms, self._make_prior())
+        return self._prior[1]
+
+    def _make_prior(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.prior_natural())
         if self.mvn:
             e2 = np.broadcast_to(e2, self.shape + self.shape[-1:])
@@ -266,12 +279,12 @@ class Optimizer:
         self.t = 0
         self.state = None
 
-    def gradients(self, model, theta, scale, iteration):
+    def gradients(self, model, theta, scale, iteration, prior=True):
         """(G (S,) + shape, GN (S,) + shape or None): gradient of log p(D, theta) (the
-        likelihood scaled) at each draw, and the scaled sum of squared per-row gradients."""
+        likelihood scaled; without the prior's term when ``prior`` is False) at each
+        draw, and the scaled sum of squared per-row gradients."""
         node = self.node
-        grad_prior, _ = self.view.prior()
-        G = grad_prior(theta)
+        G = self.prior[0](theta) if prior else np.zeros_like(theta)
         GN = np.zeros_like(theta) if self.per_row else None
         from ..graph.potential import Potential
         from .blr import message_from
@@ -315,6 +328,7 @@ class Optimizer:
     def step(self, model, node, rho, iteration, scale):
         self.saved = node.nat      # restored if the run stops on this step (:func:`refused`)
         self.t += 1
+        self.prior = self.view.prior()   # (gradient function, diagonal precision): once a step
         m, prec = self.view.mean_prec()
         new_m, new_prec = self.update(model, m, prec, rho, iteration, scale)
         self._check(new_m, iteration, "step")
@@ -364,7 +378,7 @@ class GaussNewton(Optimizer):
 
     def update(self, model, m, prec, rho, iteration, scale):
         h = self.hyper
-        _, P0 = self.view.prior()
+        grad_prior, P0 = self.prior
         P0 = np.broadcast_to(P0, m.shape)
         ess = h.get("ess") or self.N
         b1 = h["beta1"]
@@ -378,9 +392,8 @@ class GaussNewton(Optimizer):
             theta = m + eps / np.sqrt(S)
         else:
             theta = m[None]
-        G, GN = self.gradients(model, theta, scale, iteration)
-        grad_prior, _ = self.view.prior()   # the prior's exact expectation: its gradient at m
-        G = (G - grad_prior(theta)).mean(0) + grad_prior(m)
+        G, GN = self.gradients(model, theta, scale, iteration, prior=False)
+        G = G.mean(0) + grad_prior(m)       # the prior's exact expectation: its gradient at m
         GN = GN.mean(0)
         st["s"] = (1.0 - b2) * st["s"] + b2 * GN
         st["u"] = b1 * st["u"] + (1.0 - b1) * G
@@ -406,7 +419,7 @@ class IVON(Optimizer):
 
     def update(self, model, m, prec, rho, iteration, scale):
         hy = self.hyper
-        grad_prior, P0 = self.view.prior()
+        grad_prior, P0 = self.prior
         P0 = np.broadcast_to(P0, m.shape)
         ess = hy.get("ess") or self.N
         delta = P0 / ess
@@ -417,8 +430,8 @@ class IVON(Optimizer):
         sigma = 1.0 / np.sqrt(ess * (st["h"] + delta))
         eps = self.rng.standard_normal((hy["mc_samples"],) + m.shape)
         theta = m + sigma * eps
-        G = self.gradients(model, theta, scale, iteration)[0]
-        ghat = -(G - grad_prior(theta)) / self.N        # the likelihood's mean loss gradient
+        G = self.gradients(model, theta, scale, iteration, prior=False)[0]
+        ghat = -G / self.N                              # the likelihood's mean loss gradient
         gbar = ghat.mean(0)
         hhat = (ghat * eps).mean(0) / sigma
         st["g"] = b1 * st["g"] + (1.0 - b1) * gbar

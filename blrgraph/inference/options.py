@@ -11,8 +11,8 @@ COMMON = ("max_iter", "tol", "seed", "callback", "progress", "point", "rho", "in
 STOCHASTIC = ("batch_size", "epochs", "max_steps", "tau", "kappa", "batch_over", "resume",
               "warmup", "final_local_pass")
 BATCH = ("local_restart", "n_jobs", "rotate")
-#: the optimizer methods' settings (adam, ogn, vogn, ivon; checked by optimizers.check_hyper)
-OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples")
+#: the optimizer methods' settings (adam, ogn, vogn, ivon, mog; checked by optimizers.check_hyper)
+OPTIMIZER = ("beta1", "beta2", "eps", "hess_init", "ess", "mc_samples", "components")
 
 
 @dataclass
@@ -46,6 +46,7 @@ class FitOptions:
     hess_init: float = None
     ess: float = None
     mc_samples: int = None
+    components: int = None
 
 
 def _integer(name, v, low, method):
