@@ -17,7 +17,8 @@ globals (a global step reads the globals stepped before it, as in memory), so th
 iterates are those of one thread up to the order of the sums (tests/test_threads.py:
 GMM, HMM, LDA to 1e-12). Fits with damped or gradient steps, models whose local nodes
 lie off the data axis or whose data reach a global node through a deterministic node
-off it, and tables too small to gain (below :data:`MIN_ENTRIES` observed entries when
+off it, fits with rotations between sweeps (they rotate the model's own local q), and
+tables too small to gain (below :data:`MIN_ENTRIES` observed entries when
 ``n_jobs`` is not given) run in one thread
 (:class:`~blrgraph.inference.views.WholeData`).
 """
@@ -66,6 +67,8 @@ def adopt(model, plan, method, n_jobs):
     if method.update != "natural" or method.points == "nonconjugate" or plan.damped or \
             plan.one_pass or any(not n.factor.conjugate for n in model.stochastic):
         return plan
+    if plan.between_sweeps:   # rotations move the model's local q between sweeps, which
+        return plan           # the partitions' copies would not see (rotations.py)
     links = structure.links
     if any(n not in links for n in structure.local) or \
             any(not n.restrictable for n in links) or \
