@@ -30,6 +30,9 @@ class AllRows:
     def finish(self, model):
         """After the fit (rows held elsewhere leave their local posteriors there)."""
 
+    def abort(self, model):
+        """The fit stopped on an error (rows held elsewhere give their resources back)."""
+
 
 class Minibatches:
     """Minibatches of the data axis, ``batch_size`` rows each."""
@@ -87,6 +90,9 @@ class Minibatches:
 
     def finish(self, model):
         """After the fit (rows held elsewhere leave their local posteriors there)."""
+
+    def abort(self, model):
+        """The fit stopped on an error (rows held elsewhere give their resources back)."""
 
     def blocks(self):
         """Views of consecutive blocks covering every row once (scale 1)."""

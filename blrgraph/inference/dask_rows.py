@@ -75,6 +75,9 @@ class DaskRows:
     def finish(self, model):
         self.view.finish(model)
 
+    def abort(self, model):
+        """The fit stopped on an error: nothing is held on the driver."""
+
 
 class DaskMinibatches(Minibatches):
     """SVI minibatches of rows held on Dask. The rows of each minibatch are drawn on the

@@ -13,6 +13,7 @@ from .local import LocalBlock
 from .loop import ConvergenceWarning, Plan, Run
 from .methods import get_method
 from . import optimizers
+from .mixture_q import MixtureGaussian
 from .optimizers import HYPER
 from .options import parse_options
 from .points import resolve_points
@@ -147,6 +148,12 @@ def _streamed(model):
     return any(n.source is not None for n in model.observed)
 
 
+#: the stateful optimizers' classes by ``Method.update`` (bound per run by optimizers.bind)
+OPTIMIZER_CLASSES = {"adam": optimizers.Adam, "ogn": optimizers.GaussNewton,
+                     "vogn": optimizers.GaussNewton, "ivon": optimizers.IVON,
+                     "mog": MixtureGaussian}
+
+
 def plan_run(model, method, opts, structure, restart=0, start=None):
     """The :class:`~blrgraph.inference.loop.Plan` of one run (``restart``: its index
     among the restarts, which picks the default start of a mixture over data;
@@ -258,7 +265,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     plan = plan_run(model, method, opts, structure, restart, start)
     rng = np.random.default_rng(seed)
     _start(model, plan, opts, rng)
-    plan.updates = optimizers.bind(plan.updates, method, plan, rng)  # adam, vogn, ... (stateful)
+    plan.updates = optimizers.bind(plan.updates, method, plan, rng, OPTIMIZER_CLASSES)
     run = Run(model, plan, rng)
     converged = run.run()
     if method.stochastic:

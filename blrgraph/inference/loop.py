@@ -234,11 +234,9 @@ class Run:
         try:
             return self._guarded()
         except BaseException:
-            # rows in threads (threads.ThreadRows): the local q back in the model, the
-            # threads and the BLAS limit released, also when the fit stops on an error
-            abort = getattr(self.plan.rows, "abort", None)
-            if abort is not None:
-                abort(self.model)
+            # rows in threads (threads.ThreadRows.abort): the local q back in the model,
+            # the threads and the BLAS limit released, also when the fit stops on an error
+            self.plan.rows.abort(self.model)
             raise
 
     def _guarded(self):

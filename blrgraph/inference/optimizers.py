@@ -87,18 +87,18 @@ def check_hyper(method_name, update, given):
     return out
 
 
-def bind(updates, method, plan, rng):
+def bind(updates, method, plan, rng, classes):
     """Replace the optimizer update names of ``updates`` ({node: kind}) by stateful
-    :class:`Optimizer` objects for one run (the loop's one hook)."""
+    :class:`Optimizer` objects for one run (the loop's one hook); ``classes`` maps each
+    name of :data:`OPTIMIZERS` to its class (fit.py's ``OPTIMIZER_CLASSES``: the mixture
+    q of :mod:`.mixture_q` builds on :class:`Optimizer`, so this module cannot import it)."""
     if method.update not in OPTIMIZERS:
         return updates
     hyper = dict(method.hyper)
     N = getattr(plan.rows, "N", None) or plan.structure.N
     seq = getattr(rng.bit_generator, "seed_seq", None) or rng.bit_generator._seed_seq
     draws = np.random.default_rng(seq.spawn(1)[0])   # the minibatch stream is left as it is
-    from .mixture_q import MixtureGaussian
-    cls = {"adam": Adam, "ogn": GaussNewton, "vogn": GaussNewton, "ivon": IVON,
-           "mog": MixtureGaussian}[method.update]
+    cls = classes[method.update]
     return {n: (cls(method, n, hyper, N, draws) if kind == method.update else kind)
             for n, kind in updates.items()}
 
