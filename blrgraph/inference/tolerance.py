@@ -127,6 +127,9 @@ def q_steps(prev, now):
             out[n] = (np.inf, 0.0)
             continue
         rnd = np.broadcast_to(rnd, np.shape(kl))
+        if np.any(kl < -rnd):    # a KL below 0 beyond its rounding was not computed: a q
+            out[n] = (np.inf, 0.0)   # beyond double resolution (precision 1e300) moved
+            continue
         k = int(np.argmax(kl - rnd)) if np.ndim(kl) else 0
         out[n] = (float(np.ravel(kl)[k]), float(np.ravel(rnd)[k]))
     return out
