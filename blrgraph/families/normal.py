@@ -87,6 +87,17 @@ class Normal(ExponentialFamily):
         d = m1 - m2
         return 0.5 * (np.log(s1 / s2) + s2 * (1.0 / s1 + d * d) - 1.0)
 
+    def kl_rounding(self, nat1, nat2, unit):
+        """How far rounding alone can move :meth:`kl`: ``unit`` x the magnitude of its terms,
+        plus the KL the rounding of the means alone gives, (unit^2 / 2) (s1 m1^2 + s2 m2^2)
+        (see MultivariateNormal.kl_rounding)."""
+        m1, s1 = self._ms(nat1)
+        m2, s2 = self._ms(nat2)
+        d = m1 - m2
+        terms = np.abs(np.log(s1 / s2)) + s2 / s1 + s2 * d * d + 1.0
+        r1, r2 = m1 * np.sqrt(s1), m2 * np.sqrt(s2)     # the means' sizes in sds
+        return unit * terms + 0.5 * unit * unit * (r1 * r1 + r2 * r2)
+
     def logpdf(self, x, nat):
         m, s = self._ms(nat)
         d = self.centre(np.asarray(x, dtype=float)) - m

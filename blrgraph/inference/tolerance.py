@@ -19,6 +19,9 @@ RELATIVE = 1e-9
 #: then a pairwise sum over the entries)
 ULPS = 4.0
 EPS = float(np.finfo(float).eps)
+#: a Normal / MultivariateNormal q whose rounding alone can move it by more than this KL
+#: (nats: its mean by 0.14 posterior sds) is never settled by rounding (:func:`q_steps`)
+ROUNDING_CAP = 1e-2
 
 
 def elbo_rounding(model, prev, new=None):
@@ -92,8 +95,9 @@ def q_steps(prev, now):
     """{node: (kl, rounding)} for the nodes whose q changed between two snapshots: the
     largest KL(q_now || q_prev) over a node's entries (nats; unit-free, so a Gaussian
     mean that moved delta posterior sds counts delta^2 / 2 whatever the data's scale or
-    offset) and its rounding (``ULPS`` eps x the magnitude of the Bregman form's pieces
-    A(lam_prev), A(lam_now), <lam, mu>). A family without a KL is left out."""
+    offset) and its rounding: the family's ``kl_rounding`` where its KL is a closed form
+    (Normal, MultivariateNormal), else ``ULPS`` eps x the magnitude of the Bregman form's
+    pieces A(lam_prev), A(lam_now), <lam, mu>. A family without a KL is left out."""
     out = {}
     for n, nat in (now or {}).items():
         old = (prev or {}).get(n)
@@ -103,16 +107,29 @@ def q_steps(prev, now):
         try:
             with np.errstate(all="ignore"):
                 kl = np.asarray(fam.kl(nat, old), dtype=float)
-                mu = fam.mean_params(nat)
-                mag = (np.abs(fam.log_partition(nat)) + np.abs(fam.log_partition(old))
-                       + _abs_inner(nat, mu, fam.event_ndims) + _abs_inner(old, mu, fam.event_ndims))
+                own = getattr(fam, "kl_rounding", None)
+                if own is not None:     # a KL in closed form: the rounding of its own terms
+                    rnd = own(nat, old, ULPS * EPS)
+                    # where rounding alone can move q by more than ROUNDING_CAP nats (a q
+                    # sharper than doubles resolve, as after a first NCVMP step from a
+                    # vague prior: precision 1e200) no step is put down to rounding
+                    rnd = np.where(rnd <= ROUNDING_CAP, rnd, 0.0)
+                else:
+                    mu = fam.mean_params(nat)
+                    rnd = ULPS * EPS * (np.abs(fam.log_partition(nat))
+                                        + np.abs(fam.log_partition(old))
+                                        + _abs_inner(nat, mu, fam.event_ndims)
+                                        + _abs_inner(old, mu, fam.event_ndims))
         except (NotImplementedError, AttributeError, TypeError, ValueError,
                 np.linalg.LinAlgError):
             continue   # the ELBO's change alone decides for this node
         if not np.all(np.isfinite(kl)):
             out[n] = (np.inf, 0.0)
             continue
-        rnd = ULPS * EPS * np.broadcast_to(mag, np.shape(kl))
+        rnd = np.broadcast_to(rnd, np.shape(kl))
+        if np.any(kl < -rnd):    # a KL below 0 beyond its rounding was not computed: a q
+            out[n] = (np.inf, 0.0)   # beyond double resolution (precision 1e300) moved
+            continue
         k = int(np.argmax(kl - rnd)) if np.ndim(kl) else 0
         out[n] = (float(np.ravel(kl)[k]), float(np.ravel(rnd)[k]))
     return out
@@ -130,7 +147,7 @@ def q_unsettled(steps, last, tol):
     bound = q_tolerance(tol)
     out = []
     for n, (kl, rnd) in steps.items():
-        if kl <= rnd:
+        if kl <= rnd and np.isfinite(rnd):   # (an overflowing bound settles nothing)
             continue
         prev = (last or {}).get(n)
         if prev is None:    # one step: no rate to judge the distance left by
