@@ -295,3 +295,36 @@ def check_spd(name, value, where):
         raise ValueError(f"{where}: {name} must be positive definite "
                          f"(its Cholesky factorisation failed); pass an SPD matrix") from None
     return arr
+
+
+class UnpackMemo:
+    """A family whose q's factorisation (``_unpack_new(nat)``: Cholesky, inverse, log
+    determinant) is read several times a sweep (moments, ELBO, KL) remembers the last
+    ``MEMO_SIZE`` q's, keyed by the identity of their natural parameters (replaced, never
+    modified). The remembered arrays are read-only: they are shared by every reader."""
+
+    MEMO_SIZE = 1
+
+    def _unpack(self, nat):
+        memo = self.__dict__.get("_unpack_memo") or ()
+        for key, out in memo:
+            if len(key) == len(nat) and all(a is b for a, b in zip(key, nat)):
+                return out
+        out = self._unpack_new(nat)
+        for a in out:
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                a.flags.writeable = False   # shared by the readers of this q
+        self._unpack_memo = ((tuple(nat), out),) + tuple(memo[:self.MEMO_SIZE - 1])
+        return out
+
+    def _unpack_new(self, nat):
+        raise NotImplementedError
+
+    def release(self):
+        """Forget the remembered factorisations (a fit has ended)."""
+        self.__dict__.pop("_unpack_memo", None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_unpack_memo", None)   # a work cache, not part of the family
+        return state

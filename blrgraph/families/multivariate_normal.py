@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ExponentialFamily, broadcast_nat, check_spd, object_array
+from .base import ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, object_array
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
                       _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym,
                       _trace_prod)
 
 
-class MultivariateNormal(ExponentialFamily):
+class MultivariateNormal(UnpackMemo, ExponentialFamily):
     """N(x | mean, precision^{-1}): ``MultivariateNormal().natural_from_params(mean, precision)``.
 
     See the module docstring (and docs/math.md §2.2) for the natural parameters.
@@ -121,30 +121,10 @@ class MultivariateNormal(ExponentialFamily):
         precision = np.broadcast_to(precision, plates + (d, d))
         return _matvec(precision, mean), -0.5 * precision
 
-    def _unpack(self, nat):
-        """-> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L.
-
-        When every plate entry has the same precision (the scores of probabilistic PCA
-        without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row) it is
-        factorised once; L, Sigma, log|L| and c^{-1} are then read-only broadcast views."""
-        memo = self.__dict__.get("_unpack_memo")
-        if memo is not None and len(nat) == 2 and memo[0] is nat[0] and memo[1] is nat[1]:
-            return memo[2]   # the same q (natural parameters are replaced, never modified)
-        out = self._unpack_new(nat)
-        for a in out:
-            if isinstance(a, np.ndarray) and a.flags.writeable:
-                a.flags.writeable = False   # shared by the readers of this q
-        self._unpack_memo = (nat[0], nat[1], out)
-        return out
-
-    def release(self):
-        """Forget the last q's factorisation (a fit has ended)."""
-        self.__dict__.pop("_unpack_memo", None)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_unpack_memo", None)   # a work cache, not part of the family
-        return state
+    # _unpack(nat) -> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L, read-only (UnpackMemo:
+    # the last q is remembered). When every plate entry has the same precision (the scores
+    # of probabilistic PCA without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every
+    # row) it is factorised once; L, Sigma, log|L| and c^{-1} are then broadcast views.
 
     def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)

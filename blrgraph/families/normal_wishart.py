@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ExponentialFamily, broadcast_nat, check_positive, check_spd, object_array
+from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_positive, check_spd,
+                   object_array)
 from .wishart import (LOG2, LOG2PI, _check_broadcast, _check_dof, _chol, _chol_logdet,
                       _inv_from_chol, _matvec, _multigammaln, _outer, _prefix, _quad,
                       _rng, _safe_logdet, _size_tuple, _sym, _trace_prod, bartlett_factor,
                       mvdigamma, wishart_var)
 
 
-class NormalWishart(ExponentialFamily):
+class NormalWishart(UnpackMemo, ExponentialFamily):
     """NW(mu, L | mean, beta, dof, scale): ``NormalWishart().natural_from_params(m, beta, nu, W)``.
 
     Values, samples, means, variances and modes are pairs ``(mu, L)``;
@@ -80,29 +81,9 @@ class NormalWishart(ExponentialFamily):
         lam4 = np.array(np.broadcast_to(0.5 * (dof - d), plates))
         return lam1, lam2, lam3, lam4
 
-    def _unpack(self, nat):
-        """-> (m, beta, nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1} (read-only; the
-        last two q's are remembered: natural parameters are replaced, never modified, and
-        a sweep reads each q's factorisation several times: moments, ELBO, KL)."""
-        memo = self.__dict__.get("_unpack_memo") or ()
-        for key, out in memo:
-            if len(key) == len(nat) and all(a is b for a, b in zip(key, nat)):
-                return out
-        out = self._unpack_new(nat)
-        for a in out:
-            if isinstance(a, np.ndarray) and a.flags.writeable:
-                a.flags.writeable = False   # shared by the readers of this q
-        self._unpack_memo = ((tuple(nat), out),) + tuple(memo[:1])
-        return out
-
-    def release(self):
-        """Forget the last q's factorisation (a fit has ended)."""
-        self.__dict__.pop("_unpack_memo", None)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_unpack_memo", None)   # a work cache, not part of the family
-        return state
+    # _unpack(nat) -> (m, beta, nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1}, read-only
+    # (UnpackMemo: the last two q's are remembered)
+    MEMO_SIZE = 2
 
     def _unpack_new(self, nat):
         lam1, lam2, lam3, lam4 = broadcast_nat(nat, self.event_ndims)
