@@ -209,3 +209,26 @@ def test_mog_on_a_potential_with_data_matches_the_quadrature_variance():
     assert abs(t.posterior.var / var - 1) < 1e-3 and abs(t.posterior.mean) < 0.01
     np.testing.assert_allclose(t.posterior.weights, [0.5, 0.5], atol=0.01)   # by symmetry
     assert np.prod(t.posterior.means) < 0                     # one component on each mode
+
+
+def test_saving_a_mixture_q_warns_that_the_checkpoint_keeps_its_gaussian(tmp_path):
+    import autograd.numpy as anp
+    from autograd.scipy.special import logsumexp
+
+    def bimodal(x):
+        c = anp.log(anp.array([0.35, 0.65])) - 0.5 * (
+            (x[..., None] - anp.array([-2.0, 2.5])) / anp.array([0.6, 0.8])) ** 2
+        return logsumexp(c, axis=-1)
+
+    def build():
+        x = bg.Normal(0.0, 1.0 / 9, name="x")
+        return x, bg.Model(bg.Potential(bimodal, x, name="target"))
+
+    x, m = build()
+    m.fit("mog", components=2, seed=1)
+    with pytest.warns(UserWarning, match="mixture q"):
+        m.save(tmp_path / "mog.npz")
+    x2, m2 = build()
+    m2.load(tmp_path / "mog.npz")
+    assert x2.posterior.mean == pytest.approx(x.posterior.mean, rel=1e-12)
+    assert x2.posterior.var == pytest.approx(x.posterior.var, rel=1e-12)

@@ -33,6 +33,10 @@ class AllRows:
     def abort(self, model):
         """The fit stopped on an error (rows held elsewhere give their resources back)."""
 
+    def sync(self, model):
+        """Before a callback: the model shows the current iterate (rows held elsewhere
+        write their local q back)."""
+
 
 class Minibatches:
     """Minibatches of the data axis, ``batch_size`` rows each."""
@@ -93,6 +97,10 @@ class Minibatches:
 
     def abort(self, model):
         """The fit stopped on an error (rows held elsewhere give their resources back)."""
+
+    def sync(self, model):
+        """Before a callback: the model shows the current iterate (rows held elsewhere
+        write their local q back)."""
 
     def blocks(self):
         """Views of consecutive blocks covering every row once (scale 1)."""

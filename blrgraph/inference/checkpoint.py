@@ -20,12 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from .jsonify import plain
+from .mixture_q import mixture_of
 
 FORMAT = "blrgraph-checkpoint"
 VERSION = 2
@@ -98,6 +100,11 @@ def save(model, path):
     for n in model.latent:
         if n in omitted:
             continue
+        if mixture_of(n) is not None:
+            warnings.warn(f"model.save: {n.label()} holds a mixture q (fit('mog')); the "
+                          f"checkpoint keeps its moment-matched Gaussian (the same mean and "
+                          f"covariance), not the components: refit with 'mog' to get them "
+                          f"back", UserWarning, stacklevel=3)
         for i, a in enumerate(n.nat):
             arrays[f"nat/{n.name}/{i}"] = np.array(np.broadcast_to(a, np.shape(a)), dtype=float)
         if n.family.shift is not None:   # the coordinates of nat (centring)

@@ -78,6 +78,9 @@ class DaskRows:
     def abort(self, model):
         """The fit stopped on an error: nothing is held on the driver."""
 
+    def sync(self, model):
+        """The rows' q stay on the workers during the fit (docs/scaling.md)."""
+
 
 class DaskMinibatches(Minibatches):
     """SVI minibatches of rows held on Dask. The rows of each minibatch are drawn on the

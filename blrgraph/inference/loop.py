@@ -276,8 +276,10 @@ class Run:
                 if bar is not None and (epoch is None or it % epoch == 0 or it == plan.max_iter):
                     bar.update(1)
                     bar.set_postfix(elbo=f"{L:.6g}")
-                if plan.callback is not None and plan.callback(it, L):
-                    return False
+                if plan.callback is not None:
+                    rows.sync(self.model)   # rows held elsewhere: the model shows this iterate
+                    if plan.callback(it, L):
+                        return False
                 if plan.one_pass:
                     return True
                 if not rows.stochastic and self.small_change() and not self.kick(view):

@@ -105,6 +105,12 @@ class ThreadRows:
     def finish(self, model):
         self.view.finish()
 
+    def sync(self, model):
+        """Before a callback: the partitions' local q written into the model, so that the
+        callback (``node.posterior``, ``bg.elbo(model)``, ``model.save``) sees this iterate."""
+        if self.view.parts is not None:
+            self.view._pull()
+
     def abort(self, model):
         """The fit stopped on an error: as :meth:`finish`, the error goes on."""
         try:
