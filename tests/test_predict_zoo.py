@@ -247,3 +247,25 @@ def test_fit_save_refuses_a_model_without_predict_table_before_fitting(tmp_path)
                      "--no-plots", "--out", str(tmp_path / "o")], stdout=out, stderr=err)
     assert code == 1 and "defines no predict_table" in err.getvalue()
     assert "fitting" not in out.getvalue() and not (tmp_path / "f.npz").exists()
+
+
+def test_pca_predictive_through_a_product_of_latents():
+    """y = Dot(W, x) + mu with W, x, mu latent: the predictive's draws go through the
+    product and the sum (it raised "needs its forward(values) map" before). Oracle: under
+    q the mean is E[x].E[W] + E[mu] (independent factors) and the variance
+    Var(x.W) + Var(mu) + the noise; data at +1e3 (centred mu)."""
+    from blrgraph.zoo import pca
+    rng = np.random.default_rng(0)
+    Y = rng.normal(size=(60, 3)) @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(60, 6)) + 1e3
+    m = pca.build(Y, 3)
+    m.fit("vmp")
+    p = m["y"].predictive(samples=4000, seed=1)
+    W, x, mu = m["W"].posterior.mean, m["x"].posterior.mean[:, 0], m["mu"].posterior.mean
+    Sx, SW = m["x"].posterior.cov[:, 0], m["W"].posterior.cov
+    mean = np.einsum("nk,dk->nd", x, W) + mu
+    var = (np.einsum("dk,nkl,dl->nd", W, Sx, W) + np.einsum("nk,dkl,nl->nd", x, SW, x)
+           + np.einsum("nkl,dlk->nd", Sx, SW) + m["mu"].posterior.var
+           + 1.0 / m["tau"].posterior.mean)
+    assert p.mean.shape == (60, 6)
+    assert np.max(np.abs(p.mean - mean) / np.sqrt(var)) < 0.15     # 4000 draws: ~0.05
+    assert np.allclose(p.var, var, rtol=0.12)

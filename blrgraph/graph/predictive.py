@@ -12,7 +12,7 @@ from ..predictive import (CategoricalPredictive, Context, FamilyPredictive, Mixt
                           dot_parent)
 from ..predictive.partial import _gaussian_mean_conditional, _monte_carlo_conditional
 from ..predictive import student_t  # noqa: F401  (graph.predictive's names before the move)
-from .deterministic import Dot, Gather
+from .deterministic import Add, Dot, Gather
 from .factors.gaussian import DiagonalGammaFactor, MultivariateNormalFactor
 from .inputs import check_count, check_seed
 from .base import Constant, Node
@@ -26,10 +26,12 @@ def parent_dist(p, dots=None):
     if isinstance(p, Constant):
         return ParentDist(p, "fixed", p.plates, family=p.provides, value=p.value)
     if p.deterministic:
-        if isinstance(p, Dot) and not isinstance(p.X, Node):
+        if isinstance(p, Dot) and p.X is not None:
             return dot_parent(dots.get(p, p.X), parent_dist(p.w, dots), node=None if p in dots else p)
         if isinstance(p, Gather):
             return parent_dist(p.source, dots).take(p.idx)
+        if isinstance(p, (Dot, Add)):     # x . w of two latent vectors, or a + b
+            return _combined_parent(p, dots)
         forward = p.forward
         if forward is None:
             raise TypeError(f"{p.label()}: a predictive through this deterministic node needs its "
@@ -53,6 +55,26 @@ def parent_dist(p, dots=None):
                              f"model (model.fit(...) or model.load(path)) before asking for "
                              f"predictions")
     return ParentDist(p, "q", p.plates, family=p.family, nat=tuple(np.asarray(a) for a in p.nat))
+
+
+def _aligned(v, plates, event_nd):
+    """Draws (S,) + own plates + event with 1s inserted after S, so that they broadcast
+    against ``plates`` (plates are aligned from the right)."""
+    v = np.asarray(v)
+    lead = len(plates) - (v.ndim - 1 - event_nd)
+    return v.reshape((v.shape[0],) + (1,) * lead + v.shape[1:]) if lead > 0 else v
+
+
+def _combined_parent(p, dots):
+    """The ParentDist of ``Dot(x, w)`` of two latent vectors (sum over the last axis of
+    their draws' product) or of ``Add(a, b)`` (the draws' sum): independent under q."""
+    srcs = [parent_dist(a, dots) for a in p.parents]
+    ev = 1 if isinstance(p, Dot) else 0
+
+    def draw(S, rng, cache):
+        a, b = (_aligned(s.draw(S, rng, cache), p.plates, ev) for s in srcs)
+        return np.sum(a * b, axis=-1) if ev else a + b
+    return ParentDist(p, "derived", p.plates, draw=draw)
 
 
 def _is_mixture(node):
