@@ -30,6 +30,7 @@ from blrgraph.inference.methods import get_method
 from blrgraph.inference.options import parse_options
 from blrgraph.inference.structure import Structure
 from blrgraph.inference.views import DataView, RowView
+from helpers_models import gmm_model
 
 
 class GeometricFamily(ExponentialFamily):
@@ -264,14 +265,6 @@ class ChunkedRows:
         pass
 
 
-def _gmm(X, K=3):
-    N, D = X.shape
-    pi = bg.Dirichlet(np.full(K, 0.5), name="pi")
-    z = bg.Categorical(pi, plates=(N,), name="z")
-    theta = bg.NormalWishart(np.zeros(D), 0.01, D + 1.0, np.eye(D), plates=(K,), name="theta")
-    return bg.Model(bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X))
-
-
 @pytest.mark.parametrize("method,tied", [("vmp", False), ("em", False), ("vmp", True)])
 def test_a_new_view_holding_rows_in_chunks_gives_the_in_memory_iterates(method, tied):
     """A GMM fitted through a view written here (rows in chunks of 70, each reporting its
@@ -285,7 +278,7 @@ def test_a_new_view_holding_rows_in_chunks_gives_the_in_memory_iterates(method, 
     R = np.full((400, 3), 1 / 3) if tied else rng.dirichlet(np.ones(3), size=400)
 
     def fit_through_the_view():
-        model = _gmm(X)
+        model = gmm_model(X)
         m = get_method(method)
         opts = parse_options(m, dict(init=R, seed=0, max_iter=60))
         structure = Structure(model, None)
@@ -298,7 +291,7 @@ def test_a_new_view_holding_rows_in_chunks_gives_the_in_memory_iterates(method, 
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        ref = _gmm(X)
+        ref = gmm_model(X)
         f = ref.fit(method, init=R, seed=0, max_iter=60)
         model, plan, run, converged = fit_through_the_view()
     assert sum("saddle point" in str(w.message) for w in seen) == (2 if tied else 0)

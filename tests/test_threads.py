@@ -12,6 +12,7 @@ import pytest
 
 import blrgraph as bg
 from blrgraph.inference import threads
+from helpers_models import gmm_model
 
 
 def _close(f1, m1, f2, m2, names):
@@ -25,14 +26,6 @@ def _close(f1, m1, f2, m2, names):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.max(np.abs(y)))
 
 
-def _gmm(X, K=3):
-    N, D = X.shape
-    pi = bg.Dirichlet(np.full(K, 0.5), name="pi")
-    z = bg.Categorical(pi, plates=(N,), name="z")
-    theta = bg.NormalWishart(np.zeros(D), 0.01, D + 1.0, np.eye(D), plates=(K,), name="theta")
-    return bg.Model(bg.Mixture(z, bg.MultivariateNormal, theta, name="x").observe(X))
-
-
 def _gmm_data(N=900, seed=0):
     rng = np.random.default_rng(seed)
     means = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
@@ -42,9 +35,9 @@ def _gmm_data(N=900, seed=0):
 @pytest.mark.parametrize("method,jobs", [("vmp", 2), ("vmp", 3), ("em", 2), ("map", 2)])
 def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs):
     X = _gmm_data()
-    ref = _gmm(X)
+    ref = gmm_model(X)
     f1 = ref.fit(method, seed=0, n_jobs=1, max_iter=40)
-    m = _gmm(X)
+    m = gmm_model(X)
     f2 = m.fit(method, seed=0, n_jobs=jobs, max_iter=40)
     assert f1.n_iter >= 3
     _close(f1, ref, f2, m, ("pi", "theta", "z"))
@@ -54,7 +47,7 @@ def test_the_partitions_are_used_and_released():
     """The view in partitions really runs (one report per sweep), and after the fit the
     rows' q is back in the model, BLAS limits restored."""
     X = _gmm_data()
-    m = _gmm(X)
+    m = gmm_model(X)
     from blrgraph.inference.fit import plan_run
     from blrgraph.inference.methods import get_method
     from blrgraph.inference.options import parse_options
@@ -79,9 +72,9 @@ def test_a_tied_start_is_split_through_the_partitions():
     R = np.full((600, 3), 1 / 3)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        ref = _gmm(X)
+        ref = gmm_model(X)
         f1 = ref.fit("vmp", init=R, seed=0, n_jobs=1, max_iter=60)
-        m = _gmm(X)
+        m = gmm_model(X)
         f2 = m.fit("vmp", init=R, seed=0, n_jobs=2, max_iter=60)
     assert sum("saddle point" in str(w.message) for w in seen) == 2
     _close(f1, ref, f2, m, ("pi", "theta", "z"))
@@ -141,10 +134,10 @@ def test_n_jobs_is_checked_where_it_enters():
     X = _gmm_data(50)
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="n_jobs"):
-            _gmm(X).fit("vmp", n_jobs=bad)
+            gmm_model(X).fit("vmp", n_jobs=bad)
     with pytest.raises(TypeError, match="n_jobs"):
-        _gmm(X).fit("svi", n_jobs=2)
-    assert _gmm(X).fit("vmp", n_jobs=-1, seed=0, max_iter=5).n_iter == 5
+        gmm_model(X).fit("svi", n_jobs=2)
+    assert gmm_model(X).fit("vmp", n_jobs=-1, seed=0, max_iter=5).n_iter == 5
 
 
 def test_a_fit_stopped_by_an_error_releases_the_threads_and_blas():
@@ -153,7 +146,7 @@ def test_a_fit_stopped_by_an_error_releases_the_threads_and_blas():
     threadpoolctl = pytest.importorskip("threadpoolctl")
     before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     X = _gmm_data()
-    m = _gmm(X)
+    m = gmm_model(X)
 
     def stop(it, L):
         if it == 3:
@@ -163,7 +156,7 @@ def test_a_fit_stopped_by_an_error_releases_the_threads_and_blas():
     after = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     assert after == before
     assert m["z"].nat[0].shape == (900, 3)
-    ref = _gmm(X)
+    ref = gmm_model(X)
     ref.fit("vmp", seed=0, n_jobs=1, max_iter=3)
     np.testing.assert_allclose(m["z"].nat[0], ref["z"].nat[0], rtol=1e-10, atol=1e-10)
 
@@ -200,7 +193,7 @@ def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path
     X = _gmm_data(N=3000)
     got = {}
     for jobs in (1, 2):
-        m = _gmm(X)
+        m = gmm_model(X)
         seen = []
 
         def cb(it, L, m=m, seen=seen, jobs=jobs):
