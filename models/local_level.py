@@ -124,6 +124,15 @@ def states(fit):
     return pd.DataFrame(out)
 
 
+def _plug_in_dynamics(model, D):
+    """The transition A of a D-state chain (level, or level and slope) and the noise
+    variances at E[1/q] (diagonal, per state) and E[1/r] of the fitted Gamma precisions."""
+    A = np.array([[1.0, 1.0], [0.0, 1.0]]) if D == 2 else np.eye(1)
+    qp = model["q"].posterior.params
+    rp = _gamma(model["r"])
+    return A, np.diag(qp["rate"] / (qp["shape"] - 1.0)), rp["rate"] / (rp["shape"] - 1.0)
+
+
 def forecast(fit, steps=10):
     """Predictive mean and sd of y_{T+1}, ..., y_{T+steps}: the last smoothed state
     moved on by A with the noise variances at their posterior means E[1/q], E[1/r]
@@ -132,12 +141,7 @@ def forecast(fit, steps=10):
     model = io.fitted_model(fit, NAME)
     post = model["x"].posterior
     m, S = post.mean[-1], post.cov[-1]
-    D = len(m)
-    A = np.array([[1.0, 1.0], [0.0, 1.0]]) if D == 2 else np.eye(1)
-    qp = model["q"].posterior.params
-    Qvar = np.diag(qp["rate"] / (qp["shape"] - 1.0))
-    rp = _gamma(model["r"])
-    rvar = rp["rate"] / (rp["shape"] - 1.0)
+    A, Qvar, rvar = _plug_in_dynamics(model, len(m))
     means, sds = [], []
     for _ in range(int(steps)):
         m, S = A @ m, A @ S @ A.T + Qvar
@@ -155,12 +159,7 @@ def _continuation(model, data):
     before it, the filtered level and its variance, and whether y was observed."""
     last = _last_state(model)
     m, S = last["last_mean"], last["last_cov"]
-    D = len(m)
-    A = np.array([[1.0, 1.0], [0.0, 1.0]]) if D == 2 else np.eye(1)
-    qp = model["q"].posterior.params
-    Q = np.diag(qp["rate"] / (qp["shape"] - 1.0))
-    rp = _gamma(model["r"])
-    R = rp["rate"] / (rp["shape"] - 1.0)
+    A, Q, R = _plug_in_dynamics(model, len(m))
     target = model.meta["target"]
     if isinstance(data, np.ndarray) and data.ndim == 1:
         y = np.asarray(data, dtype=float)
