@@ -123,22 +123,21 @@ def _sig_prime(a):
     return expit(a) * expit(-a)
 
 
+def _logistic_grad_parts(a, with_softplus=False):
+    """sigmoid(a) and sigmoid'(a) (the message needs no softplus), from one exp: with
+    e = exp(-|a|) and r = 1 / (1 + e) = sigmoid(|a|), sigmoid = r or e r and
+    sigmoid' = e r^2; ``with_softplus`` puts softplus = max(a, 0) + log1p(e) first
+    (all without overflow)."""
+    e = np.exp(-np.abs(a))
+    r = 1.0 / (1.0 + e)
+    er = e * r
+    parts = [np.where(a >= 0.0, r, er), er * r]
+    return [np.maximum(a, 0.0) + np.log1p(e)] + parts if with_softplus else parts
+
+
 def _logistic_parts(a):
-    """softplus(a), sigmoid(a), sigmoid'(a) from one exp: with e = exp(-|a|) and
-    r = 1 / (1 + e) = sigmoid(|a|), softplus = max(a, 0) + log1p(e), sigmoid = r or
-    e r, sigmoid' = e r^2 (all without overflow)."""
-    e = np.exp(-np.abs(a))
-    r = 1.0 / (1.0 + e)
-    er = e * r
-    return [np.maximum(a, 0.0) + np.log1p(e), np.where(a >= 0.0, r, er), er * r]
-
-
-def _logistic_grad_parts(a):
-    """sigmoid(a) and sigmoid'(a) only (the message needs no softplus)."""
-    e = np.exp(-np.abs(a))
-    r = 1.0 / (1.0 + e)
-    er = e * r
-    return [np.where(a >= 0.0, r, er), er * r]
+    """softplus(a), sigmoid(a), sigmoid'(a) from one exp (:func:`_logistic_grad_parts`)."""
+    return _logistic_grad_parts(a, with_softplus=True)
 
 
 class _GaussianLinkFactor(Conditional):
