@@ -49,6 +49,8 @@ def _expected(est):
                           GaussianHMM(n_components=2, n_iter=10)],
                          expected_failed_checks=_expected)
 def test_sklearn_checks(estimator, check):
+    """scikit-learn's estimator checks; each raises (AssertionError, ValueError, ...)
+    where the estimator breaks a convention, which fails this test."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
