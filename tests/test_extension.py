@@ -23,6 +23,7 @@ from blrgraph.families.beta import Beta as BetaFamily
 from blrgraph.graph.factors.base import Conditional, Slot
 from blrgraph.graph.nodes import _Public
 from blrgraph.graph.plates import wsum
+from blrgraph.inference.batches import Rows
 from blrgraph.inference.blr import message_from
 from blrgraph.inference.fit import _start, plan_run
 from blrgraph.inference.loop import Run
@@ -250,19 +251,15 @@ class ChunkedView(DataView):
         self.report = None               # the next step reads the split rows
 
 
-class ChunkedRows:
-    """The rows source of a batch fit through :class:`ChunkedView` (as ``AllRows``)."""
-
-    stochastic = False
+class ChunkedRows(Rows):
+    """The rows source of a batch fit through :class:`ChunkedView` (as ``AllRows``; its
+    rows' q live in the model, so the hooks of ``Rows`` serve)."""
 
     def __init__(self, model, structure, size):
         self.view = ChunkedView(model, structure, size)
 
     def next_view(self, rng):
         return self.view
-
-    def finish(self, model):
-        pass
 
 
 @pytest.mark.parametrize("method,tied", [("vmp", False), ("em", False), ("vmp", True)])

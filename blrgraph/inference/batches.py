@@ -16,16 +16,14 @@ import numpy as np
 from .views import RowView, WholeData
 
 
-class AllRows:
-    """Every sweep sees all the data (batch VB, EM, NCVMP, MAP, conjugate)."""
+class Rows:
+    """Which view each sweep sees (``next_view``), and the hooks the loop calls on it;
+    the defaults are for rows held in the model."""
 
     stochastic = False
 
-    def __init__(self, model, structure):
-        self.view = WholeData(model, structure)
-
     def next_view(self, rng):
-        return self.view
+        raise NotImplementedError
 
     def finish(self, model):
         """After the fit (rows held elsewhere leave their local posteriors there)."""
@@ -38,7 +36,19 @@ class AllRows:
         write their local q back)."""
 
 
-class Minibatches:
+class AllRows(Rows):
+    """Every sweep sees all the data (batch VB, EM, NCVMP, MAP, conjugate)."""
+
+    stochastic = False
+
+    def __init__(self, model, structure):
+        self.view = WholeData(model, structure)
+
+    def next_view(self, rng):
+        return self.view
+
+
+class Minibatches(Rows):
     """Minibatches of the data axis, ``batch_size`` rows each."""
 
     stochastic = True
@@ -91,16 +101,6 @@ class Minibatches:
     def next_view(self, rng):
         rows = self._rows(rng)
         return RowView(self.model, self.structure, rows, scale=self.N / len(rows))
-
-    def finish(self, model):
-        """After the fit (rows held elsewhere leave their local posteriors there)."""
-
-    def abort(self, model):
-        """The fit stopped on an error (rows held elsewhere give their resources back)."""
-
-    def sync(self, model):
-        """Before a callback: the model shows the current iterate (rows held elsewhere
-        write their local q back)."""
 
     def blocks(self):
         """Views of consecutive blocks covering every row once (scale 1)."""

@@ -31,7 +31,7 @@ import uuid
 
 import numpy as np
 
-from .batches import Minibatches
+from .batches import Minibatches, Rows
 from .blr import message_from
 from .dask_tasks import (_nbytes, _near, _reduce_tree, _Shape, cache_limit, combine, identity,
                          pick, task)
@@ -59,7 +59,7 @@ def adopt(model, plan):
     return plan
 
 
-class DaskRows:
+class DaskRows(Rows):
     """Every sweep sees all the rows, partition by partition on the Dask workers."""
 
     stochastic = False
@@ -74,12 +74,6 @@ class DaskRows:
 
     def finish(self, model):
         self.view.finish(model)
-
-    def abort(self, model):
-        """The fit stopped on an error: nothing is held on the driver."""
-
-    def sync(self, model):
-        """The rows' q stay on the workers during the fit (docs/scaling.md)."""
 
 
 class DaskMinibatches(Minibatches):

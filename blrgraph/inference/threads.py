@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .batches import Rows
 from .blr import blr_step, message_from
 from .partitions import _below
 from .points import check_point
@@ -91,7 +92,7 @@ def adopt(model, plan, method, n_jobs):
     return plan
 
 
-class ThreadRows:
+class ThreadRows(Rows):
     """Every sweep sees all the rows, in ``jobs`` partitions fitted in threads."""
 
     stochastic = False
