@@ -10,6 +10,7 @@ import numpy as np
 from ..predictive import (CategoricalPredictive, Context, FamilyPredictive, MixturePredictive,
                           MonteCarloPredictive, MultivariateT, ParentDist, PartlyObserved,
                           dot_parent)
+from ..predictive.parents import aligned
 from ..predictive.partial import _gaussian_mean_conditional, _monte_carlo_conditional
 from ..predictive import student_t  # noqa: F401  (graph.predictive's names before the move)
 from .deterministic import Add, Dot, Gather
@@ -57,14 +58,6 @@ def parent_dist(p, dots=None):
     return ParentDist(p, "q", p.plates, family=p.family, nat=tuple(np.asarray(a) for a in p.nat))
 
 
-def _aligned(v, plates, event_nd):
-    """Draws (S,) + own plates + event with 1s inserted after S, so that they broadcast
-    against ``plates`` (plates are aligned from the right)."""
-    v = np.asarray(v)
-    lead = len(plates) - (v.ndim - 1 - event_nd)
-    return v.reshape((v.shape[0],) + (1,) * lead + v.shape[1:]) if lead > 0 else v
-
-
 def _combined_parent(p, dots):
     """The ParentDist of ``Dot(x, w)`` of two latent vectors (sum over the last axis of
     their draws' product) or of ``Add(a, b)`` (the draws' sum): independent under q."""
@@ -72,7 +65,7 @@ def _combined_parent(p, dots):
     ev = 1 if isinstance(p, Dot) else 0
 
     def draw(S, rng, cache):
-        a, b = (_aligned(s.draw(S, rng, cache), p.plates, ev) for s in srcs)
+        a, b = (aligned(s.draw(S, rng, cache), p.plates, ev) for s in srcs)
         return np.sum(a * b, axis=-1) if ev else a + b
     return ParentDist(p, "derived", p.plates, draw=draw)
 

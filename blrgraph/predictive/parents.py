@@ -127,6 +127,14 @@ class ParentDist:
         return ParentDist(None, "derived", np.shape(idx) + self.plates[1:], draw=draw)
 
 
+def aligned(v, plates, event_nd):
+    """Draws (S,) + own plates + event with 1s inserted after S, so that they broadcast
+    against ``plates`` (plates are aligned from the right)."""
+    v = np.asarray(v)
+    lead = len(plates) - (v.ndim - 1 - event_nd)
+    return v.reshape((v.shape[0],) + (1,) * lead + v.shape[1:]) if lead > 0 else v
+
+
 def dot_parent(X, w, node=None):
     """The ParentDist of a = X w (a linear predictor) for the design rows ``X``."""
     X = np.asarray(X, dtype=float)
@@ -138,8 +146,7 @@ def dot_parent(X, w, node=None):
         var = np.zeros(mean.shape) if w.fixed else np.einsum("...d,...de,...e->...", X, w.cov, X)
 
     def draw(S, rng, cache):
-        ws = w.draw(S, rng, cache)                                     # (S,) + w.plates + (D,)
-        ws = ws.reshape((S,) + (1,) * (len(plates) - len(w.plates)) + ws.shape[1:])
+        ws = aligned(w.draw(S, rng, cache), plates, 1)             # (S,) + plates + (D,)
         return np.einsum("...d,...d->...", X, ws)
     return ParentDist(node, "derived", plates, draw=draw, mean=mean, var=var)
 
