@@ -9,7 +9,9 @@ sweep), and the ratios. The ELBO traces of the blrgraph runs must agree to round
 partitions take the steps of one thread); the largest relative difference is printed.
 
     PYTHONPATH=. python benchmarks/bench_parallel.py [--rows 400000] [--dim 10] [--k 8]
-        [--jobs 1,2] [--sweeps 10] [--json out.json]
+        [--jobs 1,2,1b] [--sweeps 10] [--json out.json]
+
+(``1b``: ``n_jobs=1`` with BLAS held at one thread, the one-worker baseline of the partitions.)
 
 The issue-26 targets: ``n_jobs=2`` >= 1.6x ``n_jobs=1`` and >= 10x scikit-learn per
 sweep on 2 idle cores (docs/benchmarks.md §12).
@@ -17,6 +19,7 @@ sweep on 2 idle cores (docs/benchmarks.md §12).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -29,13 +32,19 @@ import numpy as np  # noqa: E402
 import bench_gmm as G  # noqa: E402
 
 
-def run_blrgraph(X, K, pri, sweeps, seed, jobs):
+def run_blrgraph(X, K, pri, sweeps, seed, jobs, blas1=False):
+    """``blas1``: the whole fit with BLAS held at one thread (threadpoolctl)."""
     model, nodes = G.build_blrgraph(X, K, pri)
     r0 = G.initial_resp(X.shape[0], K, seed)
     cb, stamps, cpu = C.sweep_clock()
+    limit = contextlib.nullcontext()
+    if blas1:
+        from threadpoolctl import threadpool_limits
+        limit = threadpool_limits(limits=1, user_api="blas")
     t0 = time.perf_counter()
-    fit = model.fit("vmp", max_iter=sweeps + 1, tol=0, seed=seed, callback=cb,
-                    init=r0, n_jobs=jobs)
+    with limit:
+        fit = model.fit("vmp", max_iter=sweeps + 1, tol=0, seed=seed, callback=cb,
+                        init=r0, n_jobs=jobs)
     total = time.perf_counter() - t0
     return {"per_sweep": C.per_iter(stamps, skip=0)[0], "cpu_per_sweep": C.per_iter(cpu, skip=0)[0],
             "fit_total": total, "trace": np.asarray(fit.elbo_trace)}
@@ -46,7 +55,8 @@ def main(argv=None):
     ap.add_argument("--rows", type=float, default=400_000)
     ap.add_argument("--dim", type=int, default=10)
     ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--jobs", default="1,2")
+    ap.add_argument("--jobs", default="1,2",
+                    help="n_jobs of each run; '1b': n_jobs=1 with BLAS held at one thread")
     ap.add_argument("--sweeps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-sklearn", action="store_true")
@@ -58,14 +68,16 @@ def main(argv=None):
     print(f"# VB-GMM {N} x {D}, K={K}, {a.sweeps} sweeps after 1 warm-up; load {C.loadavg()}")
     rows, out = [], {"N": N, "D": D, "K": K, "runs": {}}
     base = None
-    for j in [int(s) for s in a.jobs.split(",")]:
-        r = run_blrgraph(X, K, pri, a.sweeps, a.seed, j)
-        out["runs"][f"blrgraph n_jobs={j}"] = {k: v for k, v in r.items() if k != "trace"}
+    for spec in a.jobs.split(","):
+        j, blas1 = int(spec.rstrip("b")), spec.endswith("b")
+        r = run_blrgraph(X, K, pri, a.sweeps, a.seed, j, blas1)
+        name = f"blrgraph n_jobs={j}" + (", BLAS 1 thread" if blas1 else "")
+        out["runs"][name] = {k: v for k, v in r.items() if k != "trace"}
         if base is None:
             base = r
         n = min(len(r["trace"]), len(base["trace"]))
         diff = float(np.max(np.abs(r["trace"][:n] - base["trace"][:n]) / np.abs(base["trace"][:n])))
-        rows.append([f"blrgraph n_jobs={j}", C.fmt_t(r["per_sweep"]), C.fmt_t(r["cpu_per_sweep"]),
+        rows.append([name, C.fmt_t(r["per_sweep"]), C.fmt_t(r["cpu_per_sweep"]),
                      C.fmt_x(base["per_sweep"] / r["per_sweep"]), f"{diff:.1e}"])
     if not a.no_sklearn:
         r0 = G.initial_resp(N, K, a.seed)
