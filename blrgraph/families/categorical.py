@@ -103,31 +103,12 @@ class Categorical(ExponentialFamily):
         on the array's identity: natural parameters are replaced, never modified in
         place), so the moments and the entropy of one q share one softmax."""
         eta = self._eta(nat)
-        memo = self._memo
+        memo = getattr(self, "_memo", None)
         if memo is not None and memo[0] is eta:
             return memo[1], memo[2]
-        offer = self._offered
-        if offer is not None and offer[0].shape == eta.shape and np.array_equal(offer[0], eta):
-            lse, p = offer[1], offer[2]
-            self._offered = None
-        else:
-            lse, p = self._softmax(eta)
+        lse, p = self._softmax(eta)
         self._memo = (eta, lse, p)
         return lse, p
-
-    _memo = _offered = None
-
-    def offer(self, eta, lse, p):
-        """(log-sum-exp, softmax) of natural parameters ``eta`` that a q of this family
-        is expected to take next, computed ahead by a child (a mixture's one pass over
-        its data, graph/suffstats.py ``FlatStats.fused``): the next q whose natural
-        parameters equal ``eta`` (compared by value) takes them instead of computing
-        the softmax again."""
-        self._offered = (eta, lse, p)
-
-    def release(self):
-        """Forget the last q's softmax and an offered one (a fit has ended)."""
-        self._memo = self._offered = None
 
     @staticmethod
     def _softmax(eta):

@@ -35,10 +35,6 @@ STREAM = True
 _ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
 _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
-#: rows of Phi per chunk of :meth:`FlatStats.fused` (P x rows x 8 bytes stay in cache
-#: between its two products; docs/benchmarks.md §12.1)
-FUSED_ROWS = 1 << 11
-
 
 class Layout:
     """Where each statistic of a family lives in the columns of Phi."""
@@ -198,31 +194,6 @@ class FlatStats:
         for a, b, blk in self.blocks():
             S += W[a:b].T @ blk
         return S
-
-    def fused(self, coef, prior, link):
-        """One pass over the kept Phi, in chunks of :data:`FUSED_ROWS` rows that stay in
-        cache between the two products: the log-likelihoods ``ll = Phi coef^T`` (coef:
-        (m, P)), ``eta = prior + ll`` (prior broadcasts to (entries, m)), ``(lse, p) =
-        link(eta)`` row by row (a softmax), and ``S = p^T Phi`` (m, P): the z message of a
-        mixture, the step its q is expected to take and the statistics its parents will
-        ask for, reading Phi once instead of twice. Returns (ll, eta, lse, p, S); the
-        arrays (entries, m) are transposes of C-ordered (m, entries) arrays, as ``dot``'s."""
-        m, E = coef.shape[0], self.E
-        coef = np.ascontiguousarray(coef)
-        prior = np.broadcast_to(prior, (E, m))
-        llT, etaT, pT = np.empty((m, E)), np.empty((m, E)), np.empty((m, E))
-        lse = np.empty(E)
-        S = np.zeros((m, self.layout.P))
-        for a in range(0, E, FUSED_ROWS):
-            b = min(E, a + FUSED_ROWS)
-            blk = self._headT[:, a:b]
-            ll, eta = llT[:, a:b], etaT[:, a:b]
-            np.matmul(coef, blk, out=ll)
-            np.add(prior[a:b].T, ll, out=eta)
-            lse[a:b], p = link(eta.T)
-            pT[:, a:b] = p.T
-            S += p.T @ blk.T
-        return llT.T, etaT.T, lse, pT.T, S
 
     @staticmethod
     def fits(family, value, plates):

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...families.categorical import Categorical
 from ...predictive import MixturePredictive
 from ..base import ChildData
-from ..plates import broadcast_plates, compact, reduce_to
+from ..plates import broadcast_plates, reduce_to
 from ..suffstats import FlatStats
 from .base import Conditional
-from .categorical import CategoricalFactor
 
 
 class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
-    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache", "_ahead", "_ahead_off")
-    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _ahead = _ahead_off = None
+    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache")
+    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = None
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
@@ -229,35 +227,6 @@ class MixtureFactor(Conditional):
         self._ll_cache = (refs, ll)
         return ll
 
-    def _loglik_ahead(self, x, ucomp, fs):
-        """z's message E[log p(x_n | theta_k)] and, in the same pass over Phi
-        (``FlatStats.fused``), the q of z it is expected to give, softmax(E[log pi] + ll),
-        and that q's statistics r^T Phi: z's family is offered the softmax (taken if z's
-        step gives those natural parameters, compared by value), and the next message to
-        the components reads the statistics if z's moments are that softmax (compared by
-        identity), instead of a second pass over Phi. For one mixture child of a
-        Categorical z with unit weights, Phi kept whole; after an expected q that was not
-        taken (another child of z, a damped step) it is not tried again in this fit. None
-        when not tried (the caller computes the message as usual)."""
-        z = self.parents[0]
-        if self._ahead_off or fs.Phi is None or z.point or z.observed or z.nat is None or \
-                not isinstance(z.factor, CategoricalFactor) or len(z.plates) != 1:
-            return None     # (a Markov chain's q is not the softmax of its own lam)
-        if self._ahead is not None and not self._ahead[3]:
-            self._ahead_off, self._ahead = True, None     # the last one was not taken
-            return None
-        refs = (x.value,) + tuple(ucomp)
-        cached = self._ll_cache
-        if cached is not None and len(cached[0]) == len(refs) and \
-                all(a is b for a, b in zip(cached[0], refs)):
-            return None
-        coef = self._coef(fs, (), ucomp)[0]
-        ll, eta, lse, p, S = fs.fused(coef, compact(z.prior_natural()[0]), Categorical._softmax)
-        z.family.offer(eta, lse, p)
-        self._ahead = (fs, p, S, False)
-        self._ll_cache = (refs, ll)
-        return ll
-
     def complete(self, x, u):
         """Partly observed vectors are completed per component (in the component's
         methods, with that component's parameters), not here."""
@@ -320,21 +289,13 @@ class MixtureFactor(Conditional):
         if i == 0:
             if plan is not None and plan[2] > 1 and int(np.prod(target, dtype=int)) == plan[1]:
                 return (self._row_loglik(x, ucomp, r, w).reshape(tuple(target) + (self.K,)),)
-            if plan is not None and w is None and tuple(target) == tuple(x.plates):
-                ll = self._loglik_ahead(x, ucomp, plan[0])
-                if ll is not None:
-                    return (ll,)
             ll = self._component_loglik(x, ucomp, r)
             return (reduce_to(ll, 1, target, weights=w),)
         if plan is not None:
             # the message is affine in the child's moments: one pseudo-entry per (column
             # entry, component) carrying the weighted means, with the weights' totals
             fs, R, C, cols = plan
-            ahead = self._ahead
-            if C == 1 and w is None and ahead is not None and ahead[0] is fs and ahead[1] is r:
-                S = ahead[2]                     # read off Phi with z's message (_loglik_ahead)
-                self._ahead = (fs, r, S, True)
-            elif C == 1:
+            if C == 1:
                 W = r if w is None else np.asarray(w)[..., None] * r
                 S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
             else:
