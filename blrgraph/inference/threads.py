@@ -140,10 +140,11 @@ class ThreadView(DataView):
     def messages(self, node):
         """The partitions' messages to ``node`` (one round at the current globals: a
         global step reads the globals stepped before it, as in memory) plus those of its
-        children off the data axis (in memory). Before the first local fit, and after a
-        split of tied components, the model's own rows are read in memory."""
-        if self.report is None:
-            return super().messages(node)
+        children off the data axis (in memory). The partitions are built at the first
+        call (their local q is the model's, as after a split of tied components), so the
+        model's own rows never build their per-fit arrays (a mixture's statistics matrix)."""
+        if self.parts is None:
+            self._build()
         kids = [c.name for c in self.model.children[node] if c in self.on_rows]
         msg = None
         if kids:
