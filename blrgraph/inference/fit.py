@@ -114,8 +114,9 @@ def _screens(model, method, opts):
 def _screened_start(model, method, opts, seed):
     """(seed, start) of one restart: the start of SCREEN_STARTS, each with its own seed
     (seed * len(SCREEN_STARTS) + j), whose fit has the highest ELBO after SCREEN_SWEEPS
-    sweeps (or at convergence, if sooner). The candidates are not the fit's runs: the
-    callback and the progress bar do not see them."""
+    sweeps (or at convergence, if sooner; candidates whose ELBOs agree to 1e-12, e.g. two
+    k-means starts that found the same clusters, count as a tie, won by the earlier). The
+    candidates are not the fit's runs: the callback and the progress bar do not see them."""
     short = dataclasses.replace(opts, max_iter=min(SCREEN_SWEEPS, opts.max_iter or SCREEN_SWEEPS),
                                 callback=None, progress=False)
     best = None
@@ -124,8 +125,8 @@ def _screened_start(model, method, opts, seed):
         with warnings.catch_warnings():   # a candidate's saddle or budget: not the fit's
             warnings.simplefilter("ignore", ConvergenceWarning)
             score = _fit_once(model, method, short, s, start=start).elbo
-        if np.isfinite(score) and (best is None or score > best[0]):
-            best = (score, s, start)
+        if np.isfinite(score) and (best is None or score > best[0] + 1e-12 * abs(best[0])):
+            best = (score, s, start)     # (a tie to rounding keeps the earlier candidate)
     return (seed, SCREEN_STARTS[0]) if best is None else best[1:]
 
 
