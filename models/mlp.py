@@ -89,6 +89,9 @@ def _backward_np(g, w, hs, Ws, rowwise):
         if rowwise:
             dW = np.einsum("nf,no->nfo", h, g)
             db = g
+        elif h.ndim == g.ndim:      # one copy of the weights: h^T g
+            dW = np.matmul(np.swapaxes(h, -1, -2), g)
+            db = g.sum(-2)
         else:
             dW = np.matmul(np.swapaxes(np.broadcast_to(h, g.shape[:-1] + h.shape[-1:]),
                                        -1, -2), g)
@@ -99,6 +102,8 @@ def _backward_np(g, w, hs, Ws, rowwise):
             g = np.matmul(g, np.swapaxes(Ws[i], -1, -2)) if not rowwise else \
                 np.einsum("no,nfo->nf", g, Ws[i])
             g = g * (hs[i] > 0)
+    if all(a.shape[:-1] == w.shape[:-1] for a in grads):
+        return np.concatenate(grads[::-1], axis=-1)
     flat = np.concatenate([np.broadcast_to(a, w.shape[:-1] + a.shape[-1:])
                            for a in grads[::-1]], axis=-1)
     return flat.reshape(w.shape)

@@ -139,6 +139,50 @@ def test_ivon_iterates_equal_the_ivon_update(node):
     assert fit.estimate and fit.method == "ivon"
 
 
+def _log_joint(X, y, th, scale):
+    """log p(D, th): the likelihood scaled, the prior N(0, 1/P0) per coordinate."""
+    a = X @ th
+    return (scale * np.sum(y * a - np.logaddexp(0.0, a))
+            + np.sum(0.5 * np.log(P0 / (2 * np.pi)) - 0.5 * P0 * th ** 2))
+
+
+@pytest.mark.parametrize("node", ["mvn", "normal"])
+def test_the_objective_of_a_step_is_the_log_joint_at_its_gradient_point(node):
+    """Each step reports log p(D, theta) on its rows (scaled by N/|B|) at the point its
+    gradient was taken (adam: the mean before the step; ivon: the draws of q, + H[q]),
+    the values of the gradient's own forward pass (no second pass over the rows)."""
+    N, B, seed, mc = 100, 20, 3, 2
+    X, y = _logistic(N=N)
+    w, model = _model(X, y, node=node)
+    Ls, ms, vs = [], [], []
+
+    def keep(it, L):
+        Ls.append(L)
+        ms.append(np.array(w.posterior.mean))
+        prec = -2 * np.asarray(w.nat[1])         # q's precision (a point mass while running)
+        vs.append(1 / (np.diag(prec) if node == "mvn" else prec))
+    fit = model.fit("adam", rho=0.05, batch_size=N, max_steps=8, seed=0, callback=keep)
+    m = np.zeros(3)
+    for t in range(8):
+        assert np.isclose(Ls[t], _log_joint(X, y, m, 1.0), rtol=1e-12), t
+        m = ms[t]
+    assert fit.elbo == Ls[-1] and fit.objective == "em_bound"   # log p(D, point)
+    Ls.clear(), ms.clear(), vs.clear()
+    h0 = 0.5
+    fit = model.fit("ivon", rho=0.1, batch_size=B, max_steps=12, seed=seed, beta2=0.999,
+              hess_init=h0, mc_samples=mc, callback=keep)
+    rows, draws = _batches(seed, N, B)
+    m, var = np.zeros(3), np.full(3, 1 / (N * (h0 + P0 / N)))
+    for t in range(12):
+        r = rows()
+        th = m + np.sqrt(var) * draws.standard_normal((mc, 3))
+        want = np.mean([_log_joint(X[r], y[r], a, N / B) for a in th]) \
+            + np.sum(0.5 * np.log(2 * np.pi * np.e * var))
+        assert np.isclose(Ls[t], want, rtol=1e-12), t
+        m, var = ms[t], vs[t]
+    assert fit.objective == "elbo"      # + H[q]: a one-draw estimate of the ELBO
+
+
 # ---- OGN / VOGN ---------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["ogn", "vogn"])
 @pytest.mark.parametrize("per_row", [False, True])

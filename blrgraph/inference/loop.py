@@ -79,6 +79,8 @@ class Run:
         # gradient descent moves the delta-method nodes' means (Plan.updates); every
         # other node takes the BLR step of its natural parameters
         self.updates = dict(plan.updates or {})
+        # the optimizers' own objective (adam, ivon, ...: optimizers.own_objective) or None
+        self.own_objective = optimizers.own_objective(model, self.updates)
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
@@ -116,6 +118,8 @@ class Run:
                                     self.updates.get(node, "natural")))
 
     def elbo(self, view):
+        if self.own_objective is not None:   # from the step's forward pass: no second pass
+            return self.own_objective()
         return view_elbo(self.model, view)
 
     def global_rho(self):
