@@ -118,9 +118,9 @@ class Run:
                                     self.updates.get(node, "natural")))
 
     def elbo(self, view):
-        if self.own_objective is not None:   # from the step's forward pass: no second pass
-            return self.own_objective()
-        return view_elbo(self.model, view)
+        # adam, ivon, ...: the value of the step's own forward pass (no second pass)
+        L = None if self.own_objective is None else self.own_objective()
+        return view_elbo(self.model, view) if L is None else L
 
     def global_rho(self):
         """Robbins-Monro rho_t for the globals of a stochastic method (None: per node)."""

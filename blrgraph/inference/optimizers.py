@@ -143,19 +143,26 @@ class _Node:
     def _make_prior(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.prior_natural())
         n = len(self.shape)          # the draws' axes precede the value's
+        with np.errstate(all="ignore"):   # an improper or singular prior: no log density
+            return self._prior_parts(e1, e2, n)
+
+    def _prior_parts(self, e1, e2, n):
         if self.mvn:
             e1 = np.broadcast_to(e1, self.shape)
             e2 = np.broadcast_to(e2, self.shape + self.shape[-1:])
             # log N(th | mu, L^-1) = e1.th + th' e2 th - 1/2 e1' L^-1 e1 + 1/2 log|L| - D/2 log 2 pi
             L = -2.0 * e2
-            const = float(np.sum(0.5 * np.linalg.slogdet(L)[1] - 0.5 * np.einsum(
-                "...i,...i->...", e1, np.linalg.solve(L, e1[..., None])[..., 0]))
-                - 0.5 * np.prod(self.shape) * np.log(2.0 * np.pi))
+            try:
+                const = float(np.sum(0.5 * np.linalg.slogdet(L)[1] - 0.5 * np.einsum(
+                    "...i,...i->...", e1, np.linalg.solve(L, e1[..., None])[..., 0]))
+                    - 0.5 * np.prod(self.shape) * np.log(2.0 * np.pi))
+            except np.linalg.LinAlgError:
+                const = np.nan
             axes = tuple(range(-n, 0))
             return (lambda th: e1 + 2.0 * np.einsum("...ij,...j->...i", e2, th),
                     -2.0 * np.array(np.diagonal(e2, axis1=-2, axis2=-1)),
-                    lambda th: np.sum(th * (e1 + np.einsum("...ij,...j->...i", e2, th)),
-                                      axis=axes) + const)
+                    _finite(const, lambda th: np.sum(
+                        th * (e1 + np.einsum("...ij,...j->...i", e2, th)), axis=axes) + const))
         e1 = np.broadcast_to(e1, self.shape)
         e2 = np.broadcast_to(e2, self.shape)
         # log N(th | mu, 1/L) = e1 th + e2 th^2 + e1^2 / (4 e2) + 1/2 log L - 1/2 log 2 pi
@@ -163,7 +170,7 @@ class _Node:
                       - 0.5 * e1.size * np.log(2.0 * np.pi))
         axes = tuple(range(-n, 0))
         return ((lambda th: e1 + 2.0 * e2 * th), -2.0 * np.array(e2),
-                lambda th: np.sum(th * (e1 + e2 * th), axis=axes) + const)
+                _finite(const, lambda th: np.sum(th * (e1 + e2 * th), axis=axes) + const))
 
 
 def _potential_call(factor, k, x):
@@ -180,6 +187,11 @@ def _potential_call(factor, k, x):
             shp = (tuple(p.plates) + m.shape[-1:]) if p.provides.event_ndims[0] else tuple(p.plates)
             xs.append(np.broadcast_to(m, (S,) + shp))
     return xs, data, w
+
+
+def _finite(const, logpdf):
+    """The log prior density function, or None when its constant is not finite."""
+    return logpdf if np.isfinite(const) else None
 
 
 def potential_grad(factor, k, x):
@@ -275,7 +287,8 @@ def own_objective(model, updates):
     objectives: log p(D, theta) on the step's rows (scaled by N/|B|) at the draws the
     gradients were computed at, from the values of that forward pass (the delta
     method: at the mean; vogn, ivon: + H[q], a one-draw estimate of the ELBO of the q
-    before the step). None otherwise: the loop evaluates the view's ELBO."""
+    before the step), or None when a step has none (an improper prior). None
+    otherwise: the loop evaluates the view's ELBO."""
     from ..graph.potential import Potential
     opts = [u for u in updates.values() if isinstance(u, Optimizer)]
     if not opts or not all(u.reports_objective for u in opts):
@@ -286,7 +299,11 @@ def own_objective(model, updates):
     if any(not isinstance(n, Potential) or len(n.parents) != 1 or n.parents[0] not in stepped
            for n in model.observed):
         return None
-    return lambda: sum(u.objective for u in opts)
+
+    def objective():
+        parts = [u.objective for u in opts]
+        return None if any(v is None for v in parts) else sum(parts)
+    return objective
 
 
 def refused(err, updates, iteration, name):
@@ -371,7 +388,7 @@ class Optimizer:
         if GN is not None:
             self._check(GN, iteration, "Gauss-Newton curvature")
         self.objective = None
-        if values is not None and self.reports_objective:
+        if values is not None and self.reports_objective and self.prior[2] is not None:
             with np.errstate(over="ignore", invalid="ignore"):
                 values = values + self.prior[2](theta)
             self._check(values, iteration, "value")
