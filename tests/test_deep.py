@@ -404,6 +404,37 @@ def test_mlp_prior_precision_by_cross_validation_is_the_least_heldout_nll():
             mlp.build((X, y), prior_precision=bad)
 
 
+def test_mlp_regressor_prior_by_cross_validation_scores_the_predictive_density():
+    """A regressor's held-out NLL: -log of the predictive density averaged over draws
+    of q, sum_s N(y | network(w_s), 1/tau_s) / S, on the standardised target."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, size=(60, 1))
+    y = np.sin(X[:, 0]) * 3 + 0.3 * rng.normal(size=60)
+    model = mlp.build((X, y), hidden=(4,), epochs=10, task="regression")
+    scores = model.meta["cv_nll"]
+    assert model.meta["prior_precision"] == min(scores, key=scores.get)
+    Xs, ys = (X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std()
+    fold = np.empty(60, dtype=int)
+    fold[np.random.default_rng(0).permutation(60)] = np.arange(60) % 3
+    p0, total = mlp.PRIOR_GRID[0], 0.0
+    parts = (model.meta["shapes"], "regression", 0, mlp.regressor_logp(model.meta["shapes"]),
+             mlp.regressor_logp(model.meta["shapes"], rowwise=True))
+    for k in range(3):
+        tr, te = fold != k, fold == k
+        sub = mlp._assemble(Xs[tr], ys[tr], np.ones(tr.sum(), bool), p0, parts)
+        sub.fit("ivon", seed=0, **mlp._fit_options("regression", int(tr.sum()), 200, 10))
+        w = sub["w"]
+        W = w.posterior.mean + np.sqrt(w.posterior.var) * \
+            np.random.default_rng(0).standard_normal((mlp.CV_DRAWS, w.posterior.mean.size))
+        mu = np.stack([_plain_forward(Wi[:-1], Xs[te], model.meta["shapes"])[:, 0] for Wi in W])
+        dens = norm.logpdf(ys[te], mu, np.exp(-0.5 * W[:, -1:]))
+        total -= np.sum(logsumexp(dens, axis=0) - np.log(mlp.CV_DRAWS))
+    assert np.isclose(scores[p0], total / 60, rtol=1e-10)
+
+
 def test_mlp_regressor_and_bad_input():
     mlp = _zoo_mlp()
     rng = np.random.default_rng(2)
