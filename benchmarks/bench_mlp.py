@@ -5,12 +5,17 @@ Part "mlp", side by side in one run: scikit-learn's digits (pixels / 16) and
 breast-cancer (standardised with the training rows' mean and sd) tables, a 70/30
 stratified split (random_state=0); scikit-learn's ``MLPClassifier(hidden_layer_sizes=(32,),
 solver="adam")`` with its defaults (relu, batch min(200, N), 200 epochs at most,
-random_state=0) and ``blrgraph.zoo.mlp`` (one hidden layer of 32 relu units) fitted by
-``mlp.DEFAULT_METHOD`` with ``model.meta["fit_options"]`` (and VOGN with the options
-below). Reported: test accuracy, test NLL (mean -log p(y|x)), expected calibration
+random_state=0) and ``blrgraph.zoo.mlp`` (one hidden layer of 32 relu units, the prior
+precision chosen by ``build``'s cross-validation on the training rows, timed apart)
+fitted by ``mlp.DEFAULT_METHOD`` with ``model.meta["fit_options"]`` (and VOGN with the
+options below, the same prior). Reported: test accuracy, test NLL (mean -log p(y|x)), expected calibration
 error (10 equal-width bins of the top-class probability), epochs, wall time per epoch
 and its ratio to scikit-learn's, in wall time and in process CPU time (steadier on a
-shared machine).
+shared machine). ``--seeds N`` (default 1): seeds 0..N-1 for both libraries
+(sklearn's random_state=s; ``mlp.build(seed=s)``: the initial weights and the CV folds,
+and the fit's and ``predict_proba``'s seed s; the split stays random_state=0), reported
+as mean ± sd over the seeds (time per epoch: the mean), and per blrgraph method on how
+many seeds each target is met (paired by seed) and whether the means meet it.
 
 Part "logreg": a 20,000-row logistic regression (6 weights, prior N(0, I)): the
 built-in ``Bernoulli(logits=Dot(X, w))`` by ``fit("ncvmp")`` (the exact Gaussian-VI
@@ -19,6 +24,7 @@ the largest |mean difference| in posterior sds and the range of the sd ratios.
 
     python benchmarks/bench_mlp.py                   # both parts
     python benchmarks/bench_mlp.py --parts mlp --blas-threads 1
+    python benchmarks/bench_mlp.py --parts mlp --blas-threads 1 --seeds 5   # mean and sd
 """
 from __future__ import annotations
 
@@ -68,46 +74,138 @@ def tables():
     return out
 
 
-def part_mlp():
-    from sklearn.neural_network import MLPClassifier
-
-    from blrgraph.zoo import mlp
+def part_mlp(seeds=1):
+    """Seeds 0..seeds-1 for both libraries (sklearn's random_state=s; ``mlp.build(seed=s)``,
+    the fit's and ``predict_proba``'s seed s; the split stays random_state=0). One seed:
+    a row per model; more: mean and sd over the seeds (:func:`seed_summary`)."""
     rows, out = [], []
     for name, (Xtr, Xte, ytr, yte) in tables().items():
-        t, c = time.perf_counter(), time.process_time()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # the ConvergenceWarning at 200 epochs
-            sk = MLPClassifier(hidden_layer_sizes=(32,), solver="adam", random_state=0).fit(Xtr, ytr)
-        t_sk, c_sk = time.perf_counter() - t, (time.process_time() - c) / sk.n_iter_
-        rec = {"table": name, "N": len(ytr), "sklearn": {**scores(sk.predict_proba(Xte), yte),
-                                                        "epochs": sk.n_iter_, "s": t_sk}}
-        e_sk = t_sk / sk.n_iter_
-        rows.append([name, "sklearn MLPClassifier (adam)", f"{rec['sklearn']['acc']:.4f}",
-                     f"{rec['sklearn']['nll']:.4f}", f"{rec['sklearn']['ece']:.4f}",
-                     sk.n_iter_, C.fmt_t(e_sk), "1", C.fmt_t(c_sk), "1"])
-        for method, extra in ((mlp.DEFAULT_METHOD, {}), ("vogn", VOGN_MLP)):
-            model = mlp.build((Xtr, ytr), hidden=(32,), standardize=False)
-            opts = {k: v for k, v in model.meta["fit_options"].items()
-                    if method == mlp.DEFAULT_METHOD or k in ("batch_size", "epochs")}
-            opts["seed"] = 0
-            opts.update(extra)
-            t, c = time.perf_counter(), time.process_time()
-            fit = model.fit(method, **opts)
-            t_b, c_b = time.perf_counter() - t, (time.process_time() - c) / opts["epochs"]
-            sc = scores(mlp.predict_proba(fit, Xte), yte)
-            e_b = t_b / opts["epochs"]
-            rec[method] = {**sc, "epochs": opts["epochs"], "s": t_b, "options": opts,
-                           "epoch_ratio": e_b / e_sk, "cpu_epoch_ratio": c_b / c_sk}
-            rows.append([name, f"blrgraph mlp, fit({method!r})", f"{sc['acc']:.4f}",
-                         f"{sc['nll']:.4f}", f"{sc['ece']:.4f}", opts["epochs"], C.fmt_t(e_b),
-                         f"{e_b / e_sk:.2f}", C.fmt_t(c_b), f"{c_b / c_sk:.2f}"])
+        runs = []
+        for s in range(seeds):
+            runs.append(_mlp_one_seed(name, Xtr, Xte, ytr, yte, s))
+            if seeds > 1:   # each seed's scores as it ends
+                print(C.md_table(["seed"] + HEAD_MLP[:5], [[s] + r[:5] for r in runs[-1][0]]),
+                      flush=True)
+        if seeds == 1:
+            rows += runs[0][0]
+            out.append(runs[0][1])
+            print(C.md_table(HEAD_MLP, rows[-3:]), flush=True)
+            continue
+        rec = {"table": name, "N": len(ytr), "seeds": [r[1] for r in runs]}
+        rows += seed_summary(name, rec)
         out.append(rec)
-        print(C.md_table(HEAD_MLP, rows[-3:]), flush=True)
     return rows, out
 
 
+def _mlp_one_seed(name, Xtr, Xte, ytr, yte, seed):
+    from sklearn.neural_network import MLPClassifier
+
+    from blrgraph.zoo import mlp
+    rows = []
+    t, c = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the ConvergenceWarning at 200 epochs
+        sk = MLPClassifier(hidden_layer_sizes=(32,), solver="adam",
+                           random_state=seed).fit(Xtr, ytr)
+    t_sk, c_sk = time.perf_counter() - t, (time.process_time() - c) / sk.n_iter_
+    e_sk = t_sk / sk.n_iter_
+    rec = {"table": name, "N": len(ytr), "seed": seed,
+           "sklearn": {**scores(sk.predict_proba(Xte), yte), "epochs": sk.n_iter_, "s": t_sk,
+                       "epoch_s": e_sk, "cpu_epoch_s": c_sk}}
+    rows.append([name, "sklearn MLPClassifier (adam)", f"{rec['sklearn']['acc']:.4f}",
+                 f"{rec['sklearn']['nll']:.4f}", f"{rec['sklearn']['ece']:.4f}",
+                 sk.n_iter_, C.fmt_t(e_sk), "1", C.fmt_t(c_sk), "1", "-"])
+    t = time.perf_counter()
+    model = mlp.build((Xtr, ytr), hidden=(32,), standardize=False, seed=seed)  # the prior by CV
+    t_cv = time.perf_counter() - t
+    chosen = model.meta["prior_precision"]
+    rec["prior"] = {"chosen": chosen, "cv_nll": model.meta["cv_nll"], "build_s": t_cv}
+    print(f"{name} seed {seed}: prior_precision {chosen} by {mlp.CV_FOLDS}-fold CV (held-out "
+          f"NLL { {k: round(v, 4) for k, v in model.meta['cv_nll'].items()} }), build "
+          f"{t_cv:.1f} s", flush=True)
+    for method, extra in ((mlp.DEFAULT_METHOD, {}), ("vogn", VOGN_MLP)):
+        if method != mlp.DEFAULT_METHOD:   # the same prior, no second CV
+            model = mlp.build((Xtr, ytr), hidden=(32,), standardize=False,
+                              prior_precision=chosen, seed=seed)
+        opts = {k: v for k, v in model.meta["fit_options"].items()
+                if method == mlp.DEFAULT_METHOD or k in ("batch_size", "epochs")}
+        opts["seed"] = seed
+        opts.update(extra)
+        t, c = time.perf_counter(), time.process_time()
+        fit = model.fit(method, **opts)
+        t_b, c_b = time.perf_counter() - t, (time.process_time() - c) / opts["epochs"]
+        sc = scores(mlp.predict_proba(fit, Xte, seed=seed), yte)
+        e_b = t_b / opts["epochs"]
+        rec[method] = {**sc, "epochs": opts["epochs"], "s": t_b, "options": opts,
+                       "epoch_s": e_b, "cpu_epoch_s": c_b,
+                       "epoch_ratio": e_b / e_sk, "cpu_epoch_ratio": c_b / c_sk}
+        rows.append([name, f"blrgraph mlp, fit({method!r})", f"{sc['acc']:.4f}",
+                     f"{sc['nll']:.4f}", f"{sc['ece']:.4f}", opts["epochs"], C.fmt_t(e_b),
+                     f"{e_b / e_sk:.2f}", C.fmt_t(c_b), f"{c_b / c_sk:.2f}",
+                     C.fmt_t(t_cv) if method == mlp.DEFAULT_METHOD else "-"])
+    return rows, rec
+
+
+def _mean_sd(v):
+    v = np.asarray(v, dtype=float)
+    return f"{v.mean():.4f} ± {v.std(ddof=1):.4f}"
+
+
+def seed_summary(name, rec):
+    """Rows of HEAD_MLP with ``mean ± sd`` over the seeds (sd with ddof 1) of the scores,
+    the mean epochs, time and CPU per epoch (the ratios: of the means) and build time;
+    and, for each blrgraph method, :data:`TARGET_ROWS` entries: on how many seeds each
+    target is met (paired by seed) and whether the means meet it."""
+    runs = rec["seeds"]
+    sk = [r["sklearn"] for r in runs]
+    e_sk = np.mean([r["epoch_s"] for r in sk])
+    c_sk = np.mean([r["cpu_epoch_s"] for r in sk])
+    rows = [[name, "sklearn MLPClassifier (adam)"] +
+            [_mean_sd([r[k] for r in sk]) for k in ("acc", "nll", "ece")] +
+            [f"{np.mean([r['epochs'] for r in sk]):.0f}", C.fmt_t(e_sk), "1",
+             C.fmt_t(c_sk), "1", "-"]]
+    rec["targets"] = {}
+    methods = [k for k in runs[0] if k not in ("table", "N", "seed", "sklearn", "prior")]
+    for method in methods:
+        ours = [r[method] for r in runs]
+        e_b = np.mean([r["epoch_s"] for r in ours])
+        c_b = np.mean([r["cpu_epoch_s"] for r in ours])
+        first = method == methods[0]
+        rows.append([name, f"blrgraph mlp, fit({method!r})"] +
+                    [_mean_sd([r[k] for r in ours]) for k in ("acc", "nll", "ece")] +
+                    [f"{np.mean([r['epochs'] for r in ours]):.0f}", C.fmt_t(e_b),
+                     f"{e_b / e_sk:.2f}", C.fmt_t(c_b), f"{c_b / c_sk:.2f}",
+                     C.fmt_t(np.mean([r["prior"]["build_s"] for r in runs])) if first
+                     else "-"])
+        met = {"acc": [o["acc"] >= s["acc"] - 0.01 for o, s in zip(ours, sk)],
+               "nll": [o["nll"] < s["nll"] for o, s in zip(ours, sk)],
+               "ece": [o["ece"] < s["ece"] for o, s in zip(ours, sk)]}
+        mean = {k: (np.mean([o[k] for o in ours]), np.mean([s[k] for s in sk]))
+                for k in ("acc", "nll", "ece")}
+        mean_met = {"acc": mean["acc"][0] >= mean["acc"][1] - 0.01,
+                    "nll": mean["nll"][0] < mean["nll"][1],
+                    "ece": mean["ece"][0] < mean["ece"][1]}
+        rec["targets"][method] = {"seeds_met": {k: int(sum(v)) for k, v in met.items()},
+                                  "mean_met": {k: bool(v) for k, v in mean_met.items()},
+                                  "prior_chosen": [r["prior"]["chosen"] for r in runs]}
+        TARGET_ROWS.append([name, f"fit({method!r})"] + [
+            f"{sum(met[k])} of {len(runs)}; mean {'met' if mean_met[k] else 'MISSED'} "
+            f"({mean[k][0]:.4f} vs {mean[k][1]:.4f})" for k in ("acc", "nll", "ece")] +
+            [", ".join(f"{p:g}" for p in rec["targets"][method]["prior_chosen"])])
+    print(C.md_table(HEAD_MLP, rows), flush=True)
+    return rows
+
+
+#: filled by :func:`seed_summary` (``--seeds`` > 1)
+TARGET_ROWS = []
+HEAD_TARGETS = ["table", "blrgraph", "accuracy >= sklearn's - 0.01: seeds met; mean",
+                "lower NLL: seeds met; mean", "lower ECE: seeds met; mean",
+                "prior chosen by CV, per seed"]
+
+
 HEAD_MLP = ["table", "model", "test accuracy", "test NLL", "ECE", "epochs", "time / epoch",
-            "epoch cost / sklearn's", "CPU / epoch", "CPU epoch cost / sklearn's"]
+            "epoch cost / sklearn's", "CPU / epoch", "CPU epoch cost / sklearn's",
+            "build (prior by CV)"]
 
 
 def logistic_rows(w, X, y):
@@ -156,6 +254,8 @@ def main():
     ap.add_argument("--parts", default="mlp,logreg")
     ap.add_argument("--blas-threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="part mlp: seeds 0..N-1 for both libraries, mean and sd (default 1)")
     args = ap.parse_args()
     C.limit_blas(args.blas_threads)
     info = C.machine_info()
@@ -163,9 +263,16 @@ def main():
     result = {"machine": info}
     parts = args.parts.split(",")
     if "mlp" in parts:
-        rows, result["mlp"] = part_mlp()
+        if args.seeds < 1:
+            ap.error(f"--seeds {args.seeds}: give 1 or more")
+        rows, result["mlp"] = part_mlp(args.seeds)
         print()
+        if args.seeds > 1:
+            print(f"Over seeds 0..{args.seeds - 1} (mean ± sd, sd with ddof 1):")
         print(C.md_table(HEAD_MLP, rows))
+        if TARGET_ROWS:
+            print()
+            print(C.md_table(HEAD_TARGETS, TARGET_ROWS))
     if "logreg" in parts:
         rows, result["logreg"] = part_logreg()
         print()

@@ -12,8 +12,10 @@ deep-learning row of the BLR table (docs/blr.md: IVON, VOGN, Adam). The model::
 
 Prior precisions: ``prior_precision`` x fan-in for the weights of a layer (prior sd
 1/sqrt(fan-in), the scale of the usual initialisations), ``prior_precision`` for the
-biases. The fit starts from a random mean (Glorot-uniform weights, zero biases, the
-``seed`` of ``build``) so hidden units are not symmetric.
+biases; by default (``"cv"``) chosen from :data:`PRIOR_GRID` by the held-out NLL of
+IVON fits on 3 folds of the training rows. The fit starts from a random mean
+(Glorot-uniform weights, zero biases, the ``seed`` of ``build``) so hidden units are
+not symmetric.
 
 Input: a DataFrame or CSV path with ``target=`` the response column and ``columns=``
 the predictors (default: every other column; text columns become 0/1 indicators), or
@@ -89,6 +91,9 @@ def _backward_np(g, w, hs, Ws, rowwise):
         if rowwise:
             dW = np.einsum("nf,no->nfo", h, g)
             db = g
+        elif h.ndim == g.ndim:      # one copy of the weights: h^T g
+            dW = np.matmul(np.swapaxes(h, -1, -2), g)
+            db = g.sum(-2)
         else:
             dW = np.matmul(np.swapaxes(np.broadcast_to(h, g.shape[:-1] + h.shape[-1:]),
                                        -1, -2), g)
@@ -99,6 +104,8 @@ def _backward_np(g, w, hs, Ws, rowwise):
             g = np.matmul(g, np.swapaxes(Ws[i], -1, -2)) if not rowwise else \
                 np.einsum("no,nfo->nf", g, Ws[i])
             g = g * (hs[i] > 0)
+    if all(a.shape[:-1] == w.shape[:-1] for a in grads):
+        return np.concatenate(grads[::-1], axis=-1)
     flat = np.concatenate([np.broadcast_to(a, w.shape[:-1] + a.shape[-1:])
                            for a in grads[::-1]], axis=-1)
     return flat.reshape(w.shape)
@@ -196,12 +203,27 @@ def regressor_logp(shapes, rowwise=False):
 
 
 # ---- build -----------------------------------------------------------------------------------
-def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precision=1e-3,
+#: the prior precisions ``prior_precision="cv"`` chooses from (x fan-in for the weights)
+PRIOR_GRID = (1e-3, 1e-2, 0.1, 1.0)
+#: folds of the training rows it scores them on (held-out NLL)
+CV_FOLDS = 3
+#: IVON's q starts with this precision ess (h0 + delta) ~ N h0 for every weight (sd 0.05):
+#: hess_init = INIT_PRECISION / N (the ivon package's hess_init = 1 at N = 400 rows;
+#: measured on digits and breast cancer, docs/benchmarks.md §10)
+INIT_PRECISION = 400.0
+#: draws of q averaged for the held-out NLL of a fold
+CV_DRAWS = 50
+
+
+def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precision="cv",
           standardize=True, max_classes=50, seed=0, batch_size=200, epochs=100):
     """The Bayesian MLP of ``target`` on ``columns`` (see the module docstring).
-    ``batch_size`` and ``epochs`` set ``model.meta["fit_options"]`` (IVON's learning
-    rate rho 0.5 for a classifier, 0.2 for a regressor: with 0.5 the regressor of
-    tests/test_deep.py diverged on 4 of 8 seeds, with 0.2 on none)."""
+    ``prior_precision="cv"`` chooses it from :data:`PRIOR_GRID` by the held-out NLL
+    of IVON fits on :data:`CV_FOLDS` folds of the training rows (``meta["cv_nll"]``);
+    a number fixes it. ``batch_size`` and ``epochs`` set ``model.meta["fit_options"]``
+    (IVON's learning rate rho 0.5 for a classifier, 0.2 for a regressor: with 0.5 the
+    regressor of tests/test_deep.py diverged on 4 of 8 seeds, with 0.2 on none;
+    ``hess_init`` = INIT_PRECISION / N)."""
     hidden = _hidden(hidden)
     X, y, names, target_name = _table(data, target, columns)
     classes = None
@@ -214,10 +236,11 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
             len(np.unique(values)) <= max_classes else "regression"
     if task not in ("classification", "regression"):
         raise ValueError(f"{NAME}: task={task!r}; choose 'classification' or 'regression'")
-    if not isinstance(prior_precision, (int, float)) or not np.isfinite(prior_precision) \
-            or prior_precision <= 0:
-        raise ValueError(f"{NAME}: prior_precision must be a positive number, got "
-                         f"{prior_precision!r}")
+    if not (isinstance(prior_precision, str) and prior_precision == "cv") and (
+            isinstance(prior_precision, (bool, str)) or not isinstance(prior_precision, (int, float))
+            or not np.isfinite(prior_precision) or prior_precision <= 0):
+        raise ValueError(f"{NAME}: prior_precision must be a positive number or 'cv' (chosen "
+                         f"by cross-validation), got {prior_precision!r}")
     keep = ~_missing(y) & ~np.isnan(X).any(axis=1)
     if keep.sum() < 2:
         raise ValueError(f"{NAME}: fewer than 2 rows have the target and every predictor")
@@ -244,21 +267,90 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
         yy = np.where(keep, (yf - y_mean) / y_sd, 0.0)
         shapes = layer_shapes(X.shape[1], hidden, 1)
         logp, per_row = regressor_logp(shapes), regressor_logp(shapes, rowwise=True)
-    prec, init = _prior_and_start(shapes, float(prior_precision), task, seed)
-    w = bg.Normal(0.0, prec, plates=(len(prec),), name="w")
-    w.start_from(init, prec)
-    lik = bg.Potential(logp, w, data=(Xs, yy), mask=None if keep.all() else keep,
-                       name="lik", vectorized=True, per_row=per_row)
-    model = bg.Model(lik)
+    parts = (shapes, task, seed, logp, per_row)
+    cv_nll = None
+    if isinstance(prior_precision, str):
+        prior_precision, cv_nll = _cross_validate(Xs[keep], yy[keep], parts, batch_size, epochs)
+    model = _assemble(Xs, yy, keep, float(prior_precision), parts)
     model.meta = {"zoo": NAME, "task": task, "hidden": list(hidden), "shapes": shapes,
                   "columns": names, "target": target_name, "x_mean": mean, "x_sd": sd,
                   "classes": None if classes is None else classes.tolist(),
                   "y_mean": y_mean, "y_sd": y_sd, "rows": int(keep.sum()),
-                  "fit_options": {"batch_size": int(min(batch_size, keep.sum())),
-                                  "epochs": int(epochs),
-                                  "rho": 0.5 if task == "classification" else 0.2,
-                                  "beta2": 0.999, "hess_init": 1.0}}
+                  "prior_precision": float(prior_precision), "cv_nll": cv_nll,
+                  "fit_options": _fit_options(task, int(keep.sum()), batch_size, epochs)}
     return model
+
+
+def _fit_options(task, n, batch_size, epochs):
+    """IVON's options for n rows (the module's defaults; see :func:`build`)."""
+    return {"batch_size": int(min(batch_size, n)), "epochs": int(epochs),
+            "rho": 0.5 if task == "classification" else 0.2, "beta2": 0.999,
+            "hess_init": INIT_PRECISION / n}
+
+
+def _assemble(Xs, yy, keep, p0, parts):
+    """The model: the weights' Normal node and the likelihood's Potential."""
+    shapes, task, seed, logp, per_row = parts
+    prec, init = _prior_and_start(shapes, p0, task, seed)
+    w = bg.Normal(0.0, prec, plates=(len(prec),), name="w")
+    w.start_from(init, prec)
+    lik = bg.Potential(logp, w, data=(Xs, yy), mask=None if keep.all() else keep,
+                       name="lik", vectorized=True, per_row=per_row)
+    return bg.Model(lik)
+
+
+def _cross_validate(Xs, yy, parts, batch_size, epochs):
+    """(the prior precision of :data:`PRIOR_GRID` with the least held-out NLL, {value:
+    NLL}): IVON fits (the zoo's options, seed 0) on :data:`CV_FOLDS` folds of the rows
+    (stratified by class for a classifier; the folds drawn with the build's seed); the
+    NLL of a held-out row is -log of the predictive averaged over :data:`CV_DRAWS`
+    draws of q (a regressor's on the standardised target)."""
+    shapes, task, seed, _, _ = parts
+    n = len(yy)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    if task == "classification":      # stratified: each class dealt round the folds
+        order = order[np.argsort(yy[order].argmax(1), kind="stable")]
+    fold = np.empty(n, dtype=int)
+    fold[order] = np.arange(n) % CV_FOLDS
+    if n < 2 * CV_FOLDS:
+        raise ValueError(f"{NAME}: prior_precision='cv' needs at least {2 * CV_FOLDS} rows; "
+                         f"give a number")
+    scores = {}
+    for p0 in PRIOR_GRID:
+        total = 0.0
+        for k in range(CV_FOLDS):
+            tr, te = fold != k, fold == k
+            model = _assemble(Xs[tr], yy[tr], np.ones(tr.sum(), bool), p0, parts)
+            opts = _fit_options(task, int(tr.sum()), batch_size, epochs)
+            try:
+                model.fit("ivon", seed=0, **opts)
+            except FloatingPointError:     # this prior's fit overflowed: not chosen
+                total = np.inf
+                break
+            total += _heldout_nll(model, Xs[te], yy[te], shapes, task)
+        scores[p0] = float(total / n)
+    best = min(scores, key=lambda p: (scores[p], p))
+    if not np.isfinite(scores[best]):
+        raise FloatingPointError(f"{NAME}: every fit of the cross-validation overflowed; "
+                                 f"standardise the inputs or give prior_precision")
+    return best, scores
+
+
+def _heldout_nll(model, X, y, shapes, task):
+    """The summed -log predictive density of the rows (X, y) under the fitted q."""
+    from scipy.special import logsumexp
+    w = model["w"]
+    m, v = np.asarray(w.posterior.mean, dtype=float), np.asarray(w.posterior.var, dtype=float)
+    W = m + np.sqrt(v) * np.random.default_rng(0).standard_normal((CV_DRAWS, m.size))
+    if task == "classification":
+        z = forward(W, X, shapes)                              # (S, rows, K)
+        logp = (z * y).sum(-1) - logsumexp(z, axis=-1)
+    else:
+        mu = forward(W[:, :-1], X, shapes)[..., 0]
+        lt = W[:, -1:]
+        logp = 0.5 * lt - 0.5 * np.exp(lt) * (y - mu) ** 2 - 0.5 * np.log(2 * np.pi)
+    return float(-np.sum(logsumexp(logp, axis=0) - np.log(len(W))))
 
 
 def _hidden(hidden):

@@ -139,6 +139,50 @@ def test_ivon_iterates_equal_the_ivon_update(node):
     assert fit.estimate and fit.method == "ivon"
 
 
+def _log_joint(X, y, th, scale):
+    """log p(D, th): the likelihood scaled, the prior N(0, 1/P0) per coordinate."""
+    a = X @ th
+    return (scale * np.sum(y * a - np.logaddexp(0.0, a))
+            + np.sum(0.5 * np.log(P0 / (2 * np.pi)) - 0.5 * P0 * th ** 2))
+
+
+@pytest.mark.parametrize("node", ["mvn", "normal"])
+def test_the_objective_of_a_step_is_the_log_joint_at_its_gradient_point(node):
+    """Each step reports log p(D, theta) on its rows (scaled by N/|B|) at the point its
+    gradient was taken (adam: the mean before the step; ivon: the draws of q, + H[q]),
+    the values of the gradient's own forward pass (no second pass over the rows)."""
+    N, B, seed, mc = 100, 20, 3, 2
+    X, y = _logistic(N=N)
+    w, model = _model(X, y, node=node)
+    Ls, ms, vs = [], [], []
+
+    def keep(it, L):
+        Ls.append(L)
+        ms.append(np.array(w.posterior.mean))
+        prec = -2 * np.asarray(w.nat[1])         # q's precision (a point mass while running)
+        vs.append(1 / (np.diag(prec) if node == "mvn" else prec))
+    fit = model.fit("adam", rho=0.05, batch_size=N, max_steps=8, seed=0, callback=keep)
+    m = np.zeros(3)
+    for t in range(8):
+        assert np.isclose(Ls[t], _log_joint(X, y, m, 1.0), rtol=1e-12), t
+        m = ms[t]
+    assert fit.elbo == Ls[-1] and fit.objective == "em_bound"   # log p(D, point)
+    Ls.clear(), ms.clear(), vs.clear()
+    h0 = 0.5
+    fit = model.fit("ivon", rho=0.1, batch_size=B, max_steps=12, seed=seed, beta2=0.999,
+              hess_init=h0, mc_samples=mc, callback=keep)
+    rows, draws = _batches(seed, N, B)
+    m, var = np.zeros(3), np.full(3, 1 / (N * (h0 + P0 / N)))
+    for t in range(12):
+        r = rows()
+        th = m + np.sqrt(var) * draws.standard_normal((mc, 3))
+        want = np.mean([_log_joint(X[r], y[r], a, N / B) for a in th]) \
+            + np.sum(0.5 * np.log(2 * np.pi * np.e * var))
+        assert np.isclose(Ls[t], want, rtol=1e-12), t
+        m, var = ms[t], vs[t]
+    assert fit.objective == "elbo"      # + H[q]: a one-draw estimate of the ELBO
+
+
 # ---- OGN / VOGN ---------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["ogn", "vogn"])
 @pytest.mark.parametrize("per_row", [False, True])
@@ -304,7 +348,7 @@ def _blobs(N=240, F=4, K=3, seed=0):
 def test_mlp_classifier_fits_and_predict_proba_is_the_draws_average():
     mlp = _zoo_mlp()
     X, y = _blobs()
-    model = mlp.build((X[:180], y[:180]), hidden=(8,))
+    model = mlp.build((X[:180], y[:180]), hidden=(8,), prior_precision=1e-3)
     assert model.meta["fit_options"]["batch_size"] == 180 and mlp.DEFAULT_METHOD in ("ivon", "vogn")
     fit = model.fit(mlp.DEFAULT_METHOD, **{**model.meta["fit_options"], "epochs": 40})
     w = model["w"]
@@ -323,12 +367,80 @@ def test_mlp_classifier_fits_and_predict_proba_is_the_draws_average():
     assert list(table["layer"]) == [1, 2] and list(table["weights"]) == [40, 27]
 
 
+def test_mlp_prior_precision_by_cross_validation_is_the_least_heldout_nll():
+    """prior_precision="cv": IVON fits on 3 stratified folds of the training rows for each
+    value of the grid; the held-out NLL of one value recomputed by hand (the same folds,
+    fits and draws of q), the chosen value its least."""
+    from scipy.special import logsumexp
+    mlp = _zoo_mlp()
+    X, y = _blobs(N=90)
+    model = mlp.build((X, y), hidden=(4,), epochs=10)
+    scores = model.meta["cv_nll"]
+    assert sorted(scores) == sorted(mlp.PRIOR_GRID)
+    assert model.meta["prior_precision"] == min(scores, key=scores.get)
+    assert model.meta["fit_options"]["hess_init"] == mlp.INIT_PRECISION / 90
+    Xs = (X - X.mean(0)) / X.std(0)
+    order = np.random.default_rng(0).permutation(90)
+    order = order[np.argsort(y[order], kind="stable")]
+    fold = np.empty(90, dtype=int)
+    fold[order] = np.arange(90) % 3
+    p0, total = mlp.PRIOR_GRID[1], 0.0
+    for k in range(3):
+        tr, te = fold != k, fold == k
+        assert set(y[te]) == {0, 1, 2}                      # stratified
+        sub = mlp.build((Xs[tr], y[tr]), hidden=(4,), epochs=10, prior_precision=p0,
+                        standardize=False)
+        assert sub.meta["fit_options"]["hess_init"] == mlp.INIT_PRECISION / tr.sum()
+        sub.fit("ivon", seed=0, **sub.meta["fit_options"])
+        w = sub["w"]
+        W = w.posterior.mean + np.sqrt(w.posterior.var) * \
+            np.random.default_rng(0).standard_normal((mlp.CV_DRAWS, w.posterior.mean.size))
+        z = np.stack([_plain_forward(Wi, Xs[te], sub.meta["shapes"]) for Wi in W])
+        logp = z[:, np.arange(te.sum()), y[te]] - logsumexp(z, axis=-1)
+        total -= np.sum(logsumexp(logp, axis=0) - np.log(mlp.CV_DRAWS))
+    assert np.isclose(scores[p0], total / 90, rtol=1e-10)
+    for bad in ("auto", True, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="prior_precision"):
+            mlp.build((X, y), prior_precision=bad)
+
+
+def test_mlp_regressor_prior_by_cross_validation_scores_the_predictive_density():
+    """A regressor's held-out NLL: -log of the predictive density averaged over draws
+    of q, sum_s N(y | network(w_s), 1/tau_s) / S, on the standardised target."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, size=(60, 1))
+    y = np.sin(X[:, 0]) * 3 + 0.3 * rng.normal(size=60)
+    model = mlp.build((X, y), hidden=(4,), epochs=10, task="regression")
+    scores = model.meta["cv_nll"]
+    assert model.meta["prior_precision"] == min(scores, key=scores.get)
+    Xs, ys = (X - X.mean(0)) / X.std(0), (y - y.mean()) / y.std()
+    fold = np.empty(60, dtype=int)
+    fold[np.random.default_rng(0).permutation(60)] = np.arange(60) % 3
+    p0, total = mlp.PRIOR_GRID[0], 0.0
+    parts = (model.meta["shapes"], "regression", 0, mlp.regressor_logp(model.meta["shapes"]),
+             mlp.regressor_logp(model.meta["shapes"], rowwise=True))
+    for k in range(3):
+        tr, te = fold != k, fold == k
+        sub = mlp._assemble(Xs[tr], ys[tr], np.ones(tr.sum(), bool), p0, parts)
+        sub.fit("ivon", seed=0, **mlp._fit_options("regression", int(tr.sum()), 200, 10))
+        w = sub["w"]
+        W = w.posterior.mean + np.sqrt(w.posterior.var) * \
+            np.random.default_rng(0).standard_normal((mlp.CV_DRAWS, w.posterior.mean.size))
+        mu = np.stack([_plain_forward(Wi[:-1], Xs[te], model.meta["shapes"])[:, 0] for Wi in W])
+        dens = norm.logpdf(ys[te], mu, np.exp(-0.5 * W[:, -1:]))
+        total -= np.sum(logsumexp(dens, axis=0) - np.log(mlp.CV_DRAWS))
+    assert np.isclose(scores[p0], total / 60, rtol=1e-10)
+
+
 def test_mlp_regressor_and_bad_input():
     mlp = _zoo_mlp()
     rng = np.random.default_rng(2)
     X = rng.uniform(-2, 2, size=(200, 1))
     y = np.sin(X[:, 0]) * 3 + 0.1 * rng.normal(size=200)
-    model = mlp.build((X, y), hidden=(16,), task="regression")
+    model = mlp.build((X, y), hidden=(16,), task="regression", prior_precision=1e-3)
     assert model.meta["fit_options"]["rho"] == 0.2
     fit = model.fit("ivon", **{**model.meta["fit_options"], "epochs": 150, "seed": 0})
     pred = mlp.predict(fit, X[:50], S=20)

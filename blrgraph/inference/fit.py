@@ -280,7 +280,7 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     res = FitResult(elbo=trace[-1] if trace else float("nan"), elbo_trace=np.asarray(trace),
                     n_iter=run.it if not method.stochastic else len(trace),
                     converged=converged and not method.stochastic, method=method.name,
-                    model=model, objective="em_bound" if plan.points and method.update != "mog" else "elbo",
+                    model=model, objective=_objective(plan, method, run),
                     estimate=method.stochastic,
                     local_sweeps=run.local_sweeps if structure.local else None)
     res.seed = seed
@@ -288,6 +288,16 @@ def _fit_once(model, method, opts, seed, restart=0, start=None):
     res.log_evidence = log_evidence
     model.fit_result = res
     return res
+
+
+def _objective(plan, method, run):
+    """What the trace holds: the ELBO, or the EM bound (log p(D, point) + the other
+    terms) of a run with point masses; vogn and ivon reporting their own objective
+    (optimizers.own_objective) add H[q] of their q: an estimate of the ELBO."""
+    if not plan.points or method.update == "mog" or (
+            method.variational and run.own_objective is not None):
+        return "elbo"
+    return "em_bound"
 
 
 def laplace_finish(model, plan):

@@ -79,6 +79,8 @@ class Run:
         # gradient descent moves the delta-method nodes' means (Plan.updates); every
         # other node takes the BLR step of its natural parameters
         self.updates = dict(plan.updates or {})
+        # the optimizers' own objective (adam, ivon, ...: optimizers.own_objective) or None
+        self.own_objective = optimizers.own_objective(model, self.updates)
         self.trace = list(plan.trace)
         self.local_sweeps = []
         self.kicks = 0
@@ -116,7 +118,9 @@ class Run:
                                     self.updates.get(node, "natural")))
 
     def elbo(self, view):
-        return view_elbo(self.model, view)
+        # adam, ivon, ...: the value of the step's own forward pass (no second pass)
+        L = None if self.own_objective is None else self.own_objective()
+        return view_elbo(self.model, view) if L is None else L
 
     def global_rho(self):
         """Robbins-Monro rho_t for the globals of a stochastic method (None: per node)."""

@@ -132,8 +132,9 @@ class _Node:
             self.node.set_natural((prec * m, -0.5 * prec))
 
     def prior(self):
-        """(gradient function of log prior, its diagonal precision), computed again only
-        when a parent's moments are new objects (a latent parent moved)."""
+        """(gradient function of log prior, its diagonal precision, log prior density per
+        draw), computed again only when a parent's moments are new objects (a latent
+        parent moved)."""
         moms = [p.moments() for p in self.node.parents]
         if self._prior is None or not all(a is b for a, b in zip(self._prior[0], moms)):
             self._prior = (moms, self._make_prior())
@@ -141,12 +142,35 @@ class _Node:
 
     def _make_prior(self):
         e1, e2 = (np.asarray(a, dtype=float) for a in self.node.prior_natural())
+        n = len(self.shape)          # the draws' axes precede the value's
+        with np.errstate(all="ignore"):   # an improper or singular prior: no log density
+            return self._prior_parts(e1, e2, n)
+
+    def _prior_parts(self, e1, e2, n):
         if self.mvn:
+            e1 = np.broadcast_to(e1, self.shape)
             e2 = np.broadcast_to(e2, self.shape + self.shape[-1:])
+            # log N(th | mu, L^-1) = e1.th + th' e2 th - 1/2 e1' L^-1 e1 + 1/2 log|L| - D/2 log 2 pi
+            L = -2.0 * e2
+            try:
+                const = float(np.sum(0.5 * np.linalg.slogdet(L)[1] - 0.5 * np.einsum(
+                    "...i,...i->...", e1, np.linalg.solve(L, e1[..., None])[..., 0]))
+                    - 0.5 * np.prod(self.shape) * np.log(2.0 * np.pi))
+            except np.linalg.LinAlgError:
+                const = np.nan
+            axes = tuple(range(-n, 0))
             return (lambda th: e1 + 2.0 * np.einsum("...ij,...j->...i", e2, th),
-                    -2.0 * np.array(np.diagonal(e2, axis1=-2, axis2=-1)))
+                    -2.0 * np.array(np.diagonal(e2, axis1=-2, axis2=-1)),
+                    _finite(const, lambda th: np.sum(
+                        th * (e1 + np.einsum("...ij,...j->...i", e2, th)), axis=axes) + const))
+        e1 = np.broadcast_to(e1, self.shape)
         e2 = np.broadcast_to(e2, self.shape)
-        return (lambda th: e1 + 2.0 * e2 * th), -2.0 * np.array(e2)
+        # log N(th | mu, 1/L) = e1 th + e2 th^2 + e1^2 / (4 e2) + 1/2 log L - 1/2 log 2 pi
+        const = float(np.sum(e1 * e1 / (4.0 * e2) + 0.5 * np.log(-2.0 * e2))
+                      - 0.5 * e1.size * np.log(2.0 * np.pi))
+        axes = tuple(range(-n, 0))
+        return ((lambda th: e1 + 2.0 * e2 * th), -2.0 * np.array(e2),
+                _finite(const, lambda th: np.sum(th * (e1 + e2 * th), axis=axes) + const))
 
 
 def _potential_call(factor, k, x):
@@ -163,6 +187,11 @@ def _potential_call(factor, k, x):
             shp = (tuple(p.plates) + m.shape[-1:]) if p.provides.event_ndims[0] else tuple(p.plates)
             xs.append(np.broadcast_to(m, (S,) + shp))
     return xs, data, w
+
+
+def _finite(const, logpdf):
+    """The log prior density function, or None when its constant is not finite."""
+    return logpdf if np.isfinite(const) else None
 
 
 def potential_grad(factor, k, x):
@@ -245,6 +274,38 @@ def potential_row_sq(factor, k, x):
     return out
 
 
+def _entropy(prec):
+    """H[N(m, diag(1/prec))], summed."""
+    return float(0.5 * np.sum(np.log(2.0 * np.pi * np.e / prec)))
+
+
+def own_objective(model, updates):
+    """What a run of the optimizers reports each step without another pass over the rows
+    (the loop's objective): for a model whose latent nodes are all stepped by an
+    optimizer that reports :attr:`Optimizer.objective` and whose observed nodes are all
+    Potentials of one of them, a function returning the sum of the optimizers'
+    objectives: log p(D, theta) on the step's rows (scaled by N/|B|) at the draws the
+    gradients were computed at, from the values of that forward pass (the delta
+    method: at the mean; vogn, ivon: + H[q], a one-draw estimate of the ELBO of the q
+    before the step), or None when a step has none (an improper prior). None
+    otherwise: the loop evaluates the view's ELBO."""
+    from ..graph.potential import Potential
+    opts = [u for u in updates.values() if isinstance(u, Optimizer)]
+    if not opts or not all(u.reports_objective for u in opts):
+        return None
+    stepped = {u.node for u in opts}
+    if any(n not in stepped for n in model.latent):
+        return None
+    if any(not isinstance(n, Potential) or len(n.parents) != 1 or n.parents[0] not in stepped
+           for n in model.observed):
+        return None
+
+    def objective():
+        parts = [u.objective for u in opts]
+        return None if any(v is None for v in parts) else sum(parts)
+    return objective
+
+
 def refused(err, updates, iteration, name):
     """The error a run of an optimizer method stops with when a step (or the objective
     after it) is not finite: every stepped node back at its q before that step, and the
@@ -266,6 +327,11 @@ class Optimizer:
     """A stepped node's state for one run; ``step`` is the hook of ``blr_step``."""
 
     saved = None
+    #: the step's objective (:func:`own_objective`): log p(D, theta) at the step's draws
+    #: from the forward pass that computed its gradients (+ H[q] for vogn/ivon); None
+    #: when a child is not a Potential (or for a class that does not report one)
+    objective = None
+    reports_objective = False
 
     #: gradients at draws of q (False: at the mean, the delta method)
     sampled = False
@@ -282,10 +348,13 @@ class Optimizer:
     def gradients(self, model, theta, scale, iteration, prior=True):
         """(G (S,) + shape, GN (S,) + shape or None): gradient of log p(D, theta) (the
         likelihood scaled; without the prior's term when ``prior`` is False) at each
-        draw, and the scaled sum of squared per-row gradients."""
+        draw, and the scaled sum of squared per-row gradients. Sets :attr:`objective`
+        to log p(D, theta) averaged over the draws: the values of the forward pass that
+        computed the gradients and the log prior (no other pass over the rows)."""
         node = self.node
         G = self.prior[0](theta) if prior else np.zeros_like(theta)
         GN = np.zeros_like(theta) if self.per_row else None
+        values = np.zeros(theta.shape[0])   # the likelihood per draw (None: not all Potentials)
         from ..graph.potential import Potential
         from .blr import message_from
         for c in model.children[node]:
@@ -293,11 +362,14 @@ class Optimizer:
             if isinstance(c, Potential):
                 k = c.factor.parents.index(node)
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                    _, g = potential_grad(c.factor, k, theta)
+                    v, g = potential_grad(c.factor, k, theta)
                     if self.per_row:
                         GN = GN + s * potential_row_sq(c.factor, k, theta)
                 G = G + s * g
-            elif self.sampled or self.per_row:
+                values = None if values is None else values + s * v
+                continue
+            values = None
+            if self.sampled or self.per_row:
                 raise ValueError(f"fit({self.name!r}) needs the gradients of {c.label()} at draws "
                                  f"of q or per data row; write the likelihood as a "
                                  f"bg.Potential(logp, {node.name}, data=(...)) or use "
@@ -315,6 +387,12 @@ class Optimizer:
         self._check(G, iteration, "gradient")
         if GN is not None:
             self._check(GN, iteration, "Gauss-Newton curvature")
+        self.objective = None
+        if values is not None and self.reports_objective and self.prior[2] is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = values + self.prior[2](theta)
+            self._check(values, iteration, "value")
+            self.objective = float(np.mean(values))
         return G, GN
 
     def _check(self, a, iteration, what):
@@ -328,7 +406,7 @@ class Optimizer:
     def step(self, model, node, rho, iteration, scale):
         self.saved = node.nat      # restored if the run stops on this step (:func:`refused`)
         self.t += 1
-        self.prior = self.view.prior()   # (gradient function, diagonal precision): once a step
+        self.prior = self.view.prior()   # (gradient, diagonal precision, log density): once a step
         m, prec = self.view.mean_prec()
         new_m, new_prec = self.update(model, m, prec, rho, iteration, scale)
         self._check(new_m, iteration, "step")
@@ -342,6 +420,8 @@ class Adam(Optimizer):
     with the loss l(w) = -log p(D, w) (the likelihood scaled by N/|B|), g = grad l(m),
     u <- b1 u + (1 - b1) g, v <- b2 v + (1 - b2) g^2, m <- m - rho uhat / (sqrt(vhat) + eps)
     (uhat, vhat bias-corrected). q's precision stays the prior's (reported as the point m)."""
+
+    reports_objective = True
 
     def update(self, model, m, prec, rho, iteration, scale):
         h = self.hyper
@@ -371,6 +451,7 @@ class GaussNewton(Optimizer):
     (the data size) by default."""
 
     per_row = True
+    reports_objective = True
 
     def __init__(self, method, node, hyper, N, rng):
         super().__init__(method, node, hyper, N, rng)
@@ -378,7 +459,7 @@ class GaussNewton(Optimizer):
 
     def update(self, model, m, prec, rho, iteration, scale):
         h = self.hyper
-        grad_prior, P0 = self.prior
+        grad_prior, P0 = self.prior[:2]
         P0 = np.broadcast_to(P0, m.shape)
         ess = h.get("ess") or self.N
         b1 = h["beta1"]
@@ -393,6 +474,8 @@ class GaussNewton(Optimizer):
         else:
             theta = m[None]
         G, GN = self.gradients(model, theta, scale, iteration, prior=False)
+        if self.sampled and self.objective is not None:   # + H[q]: an estimate of the ELBO
+            self.objective += _entropy(S)
         G = G.mean(0) + grad_prior(m)       # the prior's exact expectation: its gradient at m
         GN = GN.mean(0)
         st["s"] = (1.0 - b2) * st["s"] + b2 * GN
@@ -416,10 +499,11 @@ class IVON(Optimizer):
     prior's gradient over ess (the package's ``weight_decay * m`` for m0 = 0)."""
 
     sampled = True
+    reports_objective = True
 
     def update(self, model, m, prec, rho, iteration, scale):
         hy = self.hyper
-        grad_prior, P0 = self.prior
+        grad_prior, P0 = self.prior[:2]
         P0 = np.broadcast_to(P0, m.shape)
         ess = hy.get("ess") or self.N
         delta = P0 / ess
@@ -431,6 +515,8 @@ class IVON(Optimizer):
         eps = self.rng.standard_normal((hy["mc_samples"],) + m.shape)
         theta = m + sigma * eps
         G = self.gradients(model, theta, scale, iteration, prior=False)[0]
+        if self.objective is not None:     # + H[q]: an estimate of the ELBO
+            self.objective += _entropy(ess * (st["h"] + delta))
         ghat = -G / self.N                              # the likelihood's mean loss gradient
         gbar = ghat.mean(0)
         hhat = (ghat * eps).mean(0) / sigma
