@@ -297,9 +297,12 @@ class Stochastic(Node):
         nat, self.point, self.fitted = state
         self.set_natural(nat)
 
+    _prior_memo = None   # (factor, plates, parents' moments, lam0): prior_natural's last
+
     def release(self):
-        """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
-        Categorical (rebuilt on demand)."""
+        """Drop per-fit work arrays: the factor's, the last prior (:meth:`prior_natural`)
+        and the gathered tables of a factored Categorical (rebuilt on demand)."""
+        self._prior_memo = None
         self.factor.release()
         self.family.release()   # a family's memo of the last q (MultivariateNormal's factorisation)
         memo = self.__dict__.get("_gather_memo")
@@ -460,10 +463,20 @@ class Stochastic(Node):
                                parent.plates)
 
     def prior_natural(self):
-        u = [p.moments() for p in self.factor.parents]
-        nat = self.factor.prior_natural(u)
-        return tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
-                     for a, k in zip(nat, self.family.event_ndims))
+        """lam0: the factor's natural parameters at the parents' moments, broadcast to the
+        node's plates; the last one is kept while the parents' moment tuples (replaced,
+        never modified) are the same objects (a prior of constants: computed once a fit)."""
+        f = self.factor
+        u = [p.moments() for p in f.parents]
+        memo = self._prior_memo
+        if memo is not None and memo[0] is f and memo[1] == self.plates and \
+                len(memo[2]) == len(u) and all(a is b for a, b in zip(memo[2], u)):
+            return memo[3]
+        nat = f.prior_natural(u)
+        out = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
+                    for a, k in zip(nat, self.family.event_ndims))
+        self._prior_memo = (f, self.plates, u, out)
+        return out
 
     def elbo_term(self):
         """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),

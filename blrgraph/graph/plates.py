@@ -12,6 +12,10 @@ import string
 import numpy as np
 import scipy.sparse as sp
 
+try:   # numpy >= 2.3: einsum's own pairwise step (matmul) for a contraction path
+    from numpy._core.einsumfunc import bmm_einsum as _pairwise
+except ImportError:   # (older numpy: np.einsum(..., optimize=path) as a whole)
+    _pairwise = None
 
 
 def broadcast_plates(*shapes):
@@ -52,7 +56,10 @@ def _squeeze(arr, keep, n_event):
 #: the same few hundred contractions every sweep. A contraction of two operands with
 #: fewer than :data:`DIRECT_FLOPS` naive flops (of three or more: 1% of that, as the
 #: one pass then multiplies every operand at every index) is stored as None: numpy's C
-#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch
+#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch.
+#: Otherwise the path's steps are stored, [(operand positions, subscripts)], and run as
+#: ``np.einsum(..., optimize=path)`` runs them (one C einsum or one pairwise matmul
+#: each), without re-deriving the steps from the path on every call (~50 us)
 _PATHS = {}
 DIRECT_FLOPS = 1e6
 
@@ -67,10 +74,19 @@ def _einsum(expr, arrays):
         path, info = np.einsum_path(expr, *arrays, optimize=True)
         flops = float(info.split("Naive FLOP count:")[1].split()[0])
         direct = flops < (DIRECT_FLOPS if len(arrays) <= 2 else DIRECT_FLOPS / 100)
+        if not direct and _pairwise is not None:
+            _, steps = np.einsum_path(expr, *arrays, optimize=path, einsum_call=True)
+            path = [(tuple(inds), eq) for inds, eq, _ in steps]
         path = _PATHS[key] = None if direct else path
     if path is None:
         return np.einsum(expr, *arrays)
-    return np.einsum(expr, *arrays, optimize=path)
+    if path[0] == "einsum_path":
+        return np.einsum(expr, *arrays, optimize=path)
+    ops = list(arrays)
+    for inds, eq in path:
+        tmp = [ops.pop(j) for j in inds]
+        ops.append(_pairwise(eq, *tmp) if len(tmp) == 2 else np.einsum(eq, *tmp))
+    return ops[0]
 
 
 def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None):

@@ -169,11 +169,15 @@ MAX_HALVINGS = 30
 
 
 def _check_finite(node, new, iteration, fix):
-    at = f" at iteration {iteration}" if iteration is not None else ""
-    for a in new:
-        if not np.all(np.isfinite(compact(a))):
-            raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
-                                     f"parameters{at}{fix}")
+    # one sum per component: finite only if every entry is (an inf or NaN entry makes it
+    # inf or NaN); a sum of finite entries that overflows is told apart entry by entry
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = [np.sum(compact(a)) for a in new]
+    for a, s in zip(new, sums):
+        if not np.isfinite(s) and not np.all(np.isfinite(a)):
+            at = f" at iteration {iteration}" if iteration is not None else ""
+            raise FloatingPointError(f"the update of {node.label()} produced non-finite "
+                                     f"natural parameters{at}{fix}")
 
 
 def precision_is_pd(node, nat):
