@@ -80,7 +80,11 @@ class NormalFactor(Conditional):
         x1, x2 = x.moments
         lt, t = u[1]
         coef = t if w is None else np.asarray(w, dtype=float) * t
-        sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
+        if w is None and np.ndim(t) == 0:   # one precision: t times the unweighted sums,
+            sums = _mean_sums(self.parents[0], None, x1, (), x.plates)   # which are its
+            sums = None if sums is None else (t * sums[0], t * sums[1])  # next message's
+        else:
+            sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
         if sums is None:
             return super().weighted_loglik(x, u, w)
         s1, s2 = sums
