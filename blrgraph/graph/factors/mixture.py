@@ -16,8 +16,9 @@ from .base import Conditional
 class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
-    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache", "_stats_cache")
-    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _stats_cache = None
+    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache", "_stats_cache",
+              "_plan_cache")
+    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _stats_cache = _plan_cache = None
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
@@ -104,7 +105,19 @@ class MixtureFactor(Conditional):
         Needs observed data with dense T(x) and a conjugate component. The data's plate
         axes split into leading *row* axes, along which z varies and the parameters do
         not, and trailing *column* axes, along which z is constant (a multi-column mixture:
-        z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape)."""
+        z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape);
+        the last answer is kept for the same data, z shape and parameter plates."""
+        rest = (np.shape(r), tuple(x.plates), tuple(p.plates for p in self.component.parents),
+                self.component.fixed_plates())
+        memo = self._plan_cache
+        if memo is not None and memo[0] is self._flat_cache and memo[1] is x.value and \
+                memo[2] is x.cells and memo[3] == rest:
+            return memo[4]
+        out = self._flat_new(x, r)
+        self._plan_cache = (self._flat_cache, x.value, x.cells, rest, out)
+        return out
+
+    def _flat_new(self, x, r):
         if x.value is None or x.cells is not None or not self.component.conjugate or \
                 any(f != 1 for f in self.component.fixed_plates()):
             return None   # (fixed arrays such as Binomial n per component enter log h(x))
