@@ -7,6 +7,8 @@ product, a dot product contracts them with the design matrix.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
@@ -178,7 +180,7 @@ class Dot(Deterministic):
             return None
         key = (tuple(_operand_state(p) for p in self.operands), coef, y,
                tuple(target_plates), tuple(plates), second)
-        memo = self._sums_memo
+        memo = _SUMS_MEMO.get(self)
         if memo is not None and _same_sums_key(memo[0], key):
             return memo[1]
         (ma, ta), (mb, tb) = (_second_terms(p, not second or _factorises(coef, p.plates))
@@ -187,10 +189,8 @@ class Dot(Deterministic):
         s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
         s2 = None if not second else \
             sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
-        self._sums_memo = (key, (s1, s2))
+        _SUMS_MEMO[self] = (key, (s1, s2))
         return s1, s2
-
-    _sums_memo = None   # (arguments and operand states, the sums): moment_sums' last
 
     def backward(self, msg, parent):
         c1, c2 = msg
@@ -242,6 +242,11 @@ class Dot(Deterministic):
                 continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+#: {Dot: (arguments and operand states, the sums)}: moment_sums' last, kept outside the
+#: node (a pickled model, e.g. the Dask template, carries no operand's q through it)
+_SUMS_MEMO = weakref.WeakKeyDictionary()
 
 
 def _operand_state(node):

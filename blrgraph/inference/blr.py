@@ -61,17 +61,14 @@ def target_terms(model, node):
     ``prior_terms`` / ``message_terms`` (None by default)."""
     if len(node.plates) != 1 or node.point:
         return None
-    msgs = []
-    for c in model.children[node]:   # (first: a child that cannot is the common refusal)
-        t = None if c.deterministic else c.message_terms_to(node)
-        if t is None:
-            return None
-        msgs.append(t)
     terms = node.factor.prior_terms()
     if terms is None:
         return None
     tables, rows = list(terms[0]), list(terms[1])
-    for t in msgs:
+    for c in model.children[node]:
+        t = None if c.deterministic else c.message_terms_to(node)
+        if t is None:
+            return None
         tables += t[0]
         rows += t[1]
     if not all(np.all(np.isfinite(T)) for T in tables):
