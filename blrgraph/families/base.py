@@ -247,6 +247,9 @@ def inner(a, b, event_ndims):
     return total
 
 
+_F8 = np.dtype(float)
+
+
 def plates_of(nat, event_ndims):
     """The broadcast plate shape of a natural/mean-parameter tuple."""
     shapes = [np.shape(x)[: np.ndim(x) - k] for x, k in zip(nat, event_ndims)]
@@ -255,6 +258,10 @@ def plates_of(nat, event_ndims):
 
 def broadcast_nat(nat, event_ndims, plates=None):
     """Broadcast every component to a common plate shape (copy-free views)."""
+    if plates is None and all(type(x) is np.ndarray and x.dtype == _F8 for x in nat):
+        shapes = [x.shape[:x.ndim - k] for x, k in zip(nat, event_ndims)]
+        if all(s == shapes[0] for s in shapes):
+            return tuple(nat)   # (q's parameters: already at one plate shape)
     p = plates_of(nat, event_ndims) if plates is None else tuple(plates)
     return tuple(np.broadcast_to(np.asarray(x, dtype=float),
                                  p + np.shape(x)[np.ndim(x) - k:])

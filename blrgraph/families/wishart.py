@@ -24,12 +24,13 @@ MultivariateNormal and NormalWishart modules.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import digamma, multigammaln
+from scipy.special import digamma, gammaln
 
-from .base import ExponentialFamily, broadcast_nat, check_spd, object_array
+from .base import ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, object_array
 
 LOG2 = np.log(2.0)
 LOG2PI = np.log(2.0 * np.pi)
+LOGPI = np.log(np.pi)
 
 
 # ---------------------------------------------------------------------------
@@ -104,8 +105,12 @@ def mvdigamma(a, d):
 
 
 def _multigammaln(a, d):
+    """log Gamma_D(a) = D(D-1)/4 log pi + sum_{j=0..D-1} log Gamma(a - j/2), for a > (D-1)/2
+    (scipy's ``multigammaln`` without its per-call checks and Python loop over j: the
+    callers pass dof already checked)."""
     a = np.asarray(a, dtype=float)
-    return np.asarray(multigammaln(a, d), dtype=float) if a.ndim else float(multigammaln(float(a), d))
+    out = 0.25 * d * (d - 1) * LOGPI + np.sum(gammaln(a[..., None] - 0.5 * np.arange(d)), axis=-1)
+    return out if a.ndim else float(out)
 
 
 def _size_tuple(size):
@@ -180,7 +185,7 @@ def wishart_var(nu, w):
 
 
 # ---------------------------------------------------------------------------
-class Wishart(ExponentialFamily):
+class Wishart(UnpackMemo, ExponentialFamily):
     """Wishart W(L | W, nu): ``Wishart().natural_from_params(dof, scale)``.
 
     ``dof``: shape plates, ``nu > D - 1``; ``scale``: shape plates + (D, D), SPD.
@@ -225,8 +230,11 @@ class Wishart(ExponentialFamily):
         lam2 = np.array(np.broadcast_to(0.5 * (dof - d - 1.0), plates))
         return lam1, lam2
 
-    def _unpack(self, nat):
-        """-> (nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1}."""
+    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1}, read-only
+    # (UnpackMemo: the last two q's are remembered, e.g. a prior and a posterior)
+    MEMO_SIZE = 2
+
+    def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         nu = 2.0 * lam2 + d + 1.0
@@ -248,30 +256,49 @@ class Wishart(ExponentialFamily):
         logdet, ok = _safe_logdet(x)
         return x, np.where(ok, logdet, -np.inf)
 
-    def log_partition(self, nat):
-        nu, _, logdet_w, _, _ = self._unpack(nat)
+    def _logs(self, nat):
+        """(A(lam), E[log|L|]) of q, computed once per factorisation (``_unpack``'s
+        memo: mean parameters, entropy and log partition of one q share them)."""
+        u = self._unpack(nat)
+        memo = self.__dict__.get("_logs_memo")
+        if memo is not None and memo[0] is u:
+            return memo[1]
+        nu, _, logdet_w, _, _ = u
         d = nat[0].shape[-1]
-        return 0.5 * nu * logdet_w + 0.5 * nu * d * LOG2 + _multigammaln(0.5 * nu, d)
+        out = (0.5 * nu * logdet_w + 0.5 * nu * d * LOG2 + _multigammaln(0.5 * nu, d),
+               self._expected_logdet(nu, logdet_w, d))
+        self._logs_memo = (u, out)
+        return out
+
+    def release(self):
+        super().release()
+        self.__dict__.pop("_logs_memo", None)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_logs_memo", None)
+        return state
+
+    def log_partition(self, nat):
+        return self._logs(nat)[0]
 
     def _expected_logdet(self, nu, logdet_w, d):
         return mvdigamma(0.5 * nu, d) + d * LOG2 + logdet_w
 
     def expected_logdet(self, nat):
         """E[log|L|] = psi_D(nu/2) + D log 2 + log|W|."""
-        nu, _, logdet_w, _, _ = self._unpack(nat)
-        return self._expected_logdet(nu, logdet_w, nat[0].shape[-1])
+        return self._logs(nat)[1]
 
     def mean_params(self, nat):
-        nu, w, logdet_w, _, _ = self._unpack(nat)
-        d = w.shape[-1]
-        return nu[..., None, None] * w, self._expected_logdet(nu, logdet_w, d)
+        nu, w, _, _, _ = self._unpack(nat)
+        return nu[..., None, None] * w, self._logs(nat)[1]
 
     def entropy(self, nat):
         """H = -log B(W, nu) - ((nu-D-1)/2) E[log|L|] + nu D/2 (docs/math.md §2.5)."""
-        nu, _, logdet_w, _, _ = self._unpack(nat)
+        nu = self._unpack(nat)[0]
         d = nat[0].shape[-1]
-        a = 0.5 * nu * logdet_w + 0.5 * nu * d * LOG2 + _multigammaln(0.5 * nu, d)
-        return a - 0.5 * (nu - d - 1.0) * self._expected_logdet(nu, logdet_w, d) + 0.5 * nu * d
+        a, elogdet = self._logs(nat)
+        return a - 0.5 * (nu - d - 1.0) * elogdet + 0.5 * nu * d
 
     def kl(self, nat1, nat2):
         """Closed form (docs/math.md §2.5): log B1 - log B2 + ((nu1-nu2)/2) E1[log|L|]

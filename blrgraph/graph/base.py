@@ -426,7 +426,7 @@ def reduce_seen(seen, plates):
 
 def _weighted_sum(values, w, plates):
     """sum over entries of w * values (entries with weight 0 contribute nothing, even NaN)."""
-    v = np.broadcast_to(values, plates)
+    v = values if np.shape(values) == tuple(plates) else np.broadcast_to(values, plates)
     if w is not None:
         v = np.where(w != 0, v, 0.0) * w
     return float(np.sum(v))

@@ -7,6 +7,8 @@ product, a dot product contracts them with the design matrix.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
@@ -170,16 +172,24 @@ class Dot(Deterministic):
         operand's own entries come first, K x K work after them; an operand whose
         entries share one covariance (:func:`_second_terms`) adds its E[x] E[x]^T and
         Sigma parts separately, so its (entries, K, K) stack is never built. The first
-        sum is one product of the data with an operand's means."""
+        sum is one product of the data with an operand's means.
+
+        The last result is kept for the same arguments and operand q's (PCA: the ELBO's
+        sums are the noise precision's next message)."""
         if self.X is not None:
             return None
+        key = (tuple(_operand_state(p) for p in self.operands), coef, y,
+               tuple(target_plates), tuple(plates), second)
+        memo = _SUMS_MEMO.get(self)
+        if memo is not None and _same_sums_key(memo[0], key):
+            return memo[1]
         (ma, ta), (mb, tb) = (_second_terms(p, not second or _factorises(coef, p.plates))
                               for p in self.operands)
         kw = dict(target_plates=target_plates, full_plates=broadcast_plates(self.plates, plates))
         s1 = None if y is None else wsum(coef, y, ma, mb, subs=("", "A", "A"), out="", **kw)
-        if not second:
-            return s1, None
-        s2 = sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
+        s2 = None if not second else \
+            sum(wsum(coef, *a, *b, subs=sa + sb, out="", **kw) for a, sa in ta for b, sb in tb)
+        _SUMS_MEMO[self] = (key, (s1, s2))
         return s1, s2
 
     def backward(self, msg, parent):
@@ -232,6 +242,26 @@ class Dot(Deterministic):
                 continue   # a chain (BayesPy's LSSM): the other operand's draw breaks the tie
             if p.stochastic and not p.observed and p.nat is not None:
                 p.set_natural(_random_mean(p, rng))
+
+
+#: {Dot: (arguments and operand states, the sums)}: moment_sums' last, kept outside the
+#: node (a pickled model, e.g. the Dask template, carries no operand's q through it)
+_SUMS_MEMO = weakref.WeakKeyDictionary()
+
+
+def _operand_state(node):
+    """What an operand's moments are a function of: a latent q's natural parameters (and
+    whether it is a point mass), else its moment tuple (replaced, never modified)."""
+    if node.stochastic and not node.observed:
+        return node.nat, bool(node.point)
+    return node.moments(), None
+
+
+def _same_sums_key(a, b):
+    """Do two :meth:`Dot.moment_sums` keys name the same sums (arrays by identity)?"""
+    (sa, ca, ya, ta, pa, qa), (sb, cb, yb, tb, pb, qb) = a, b
+    return ca is cb and ya is yb and ta == tb and pa == pb and qa == qb and \
+        all(x[0] is y[0] and x[1] == y[1] for x, y in zip(sa, sb))
 
 
 def _shift(node):

@@ -4,6 +4,8 @@ data), its observation, its messages to its parents and its ELBO term. The base 
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..families.gathered import GatheredSoftmax
@@ -12,6 +14,12 @@ from .base import Constant, FactoredMessage, reduce_seen  # noqa: F401 (read fro
 from .inputs import check_observation, check_plates, check_stream_shape
 from .plates import broadcast_plates
 from .predictive import node_predictive
+
+
+#: {node: (factor, plates, parents' moments, lam0)}: :meth:`Stochastic.prior_natural`'s
+#: last fixed prior, kept outside the node (a pickled or copied model, e.g. the Dask
+#: template whose local q are cut to one entry, carries no broadcast lam0 of all entries)
+_PRIOR_MEMO = weakref.WeakKeyDictionary()
 
 
 class Stochastic(Node):
@@ -298,8 +306,9 @@ class Stochastic(Node):
         self.set_natural(nat)
 
     def release(self):
-        """Drop per-fit work arrays: the factor's, and the gathered tables of a factored
-        Categorical (rebuilt on demand)."""
+        """Drop per-fit work arrays: the factor's, the last prior (:meth:`prior_natural`)
+        and the gathered tables of a factored Categorical (rebuilt on demand)."""
+        _PRIOR_MEMO.pop(self, None)
         self.factor.release()
         self.family.release()   # a family's memo of the last q (MultivariateNormal's factorisation)
         memo = self.__dict__.get("_gather_memo")
@@ -460,10 +469,22 @@ class Stochastic(Node):
                                parent.plates)
 
     def prior_natural(self):
-        u = [p.moments() for p in self.factor.parents]
-        nat = self.factor.prior_natural(u)
-        return tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
-                     for a, k in zip(nat, self.family.event_ndims))
+        """lam0: the factor's natural parameters at the parents' moments, broadcast to the
+        node's plates. A prior whose parents are all fixed (constants, data) is kept while
+        their moment tuples (replaced, never modified) are the same objects: computed once
+        a fit."""
+        f = self.factor
+        u = [p.moments() for p in f.parents]
+        memo = _PRIOR_MEMO.get(self)
+        if memo is not None and memo[0] is f and memo[1] == self.plates and \
+                len(memo[2]) == len(u) and all(a is b for a, b in zip(memo[2], u)):
+            return memo[3]
+        nat = f.prior_natural(u)
+        out = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
+                    for a, k in zip(nat, self.family.event_ndims))
+        if all(p.observed or not (p.stochastic or p.deterministic) for p in f.parents):
+            _PRIOR_MEMO[self] = (f, self.plates, u, out)
+        return out
 
     def elbo_term(self):
         """This node's part of the ELBO: E[log p(x | parents)] (+ H[q] when latent),

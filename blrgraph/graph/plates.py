@@ -12,6 +12,10 @@ import string
 import numpy as np
 import scipy.sparse as sp
 
+try:   # numpy >= 2.3: einsum's own pairwise step (matmul) for a contraction path
+    from numpy._core.einsumfunc import bmm_einsum as _pairwise
+except ImportError:   # (older numpy: np.einsum(..., optimize=path) as a whole)
+    _pairwise = None
 
 
 def broadcast_plates(*shapes):
@@ -52,25 +56,48 @@ def _squeeze(arr, keep, n_event):
 #: the same few hundred contractions every sweep. A contraction of two operands with
 #: fewer than :data:`DIRECT_FLOPS` naive flops (of three or more: 1% of that, as the
 #: one pass then multiplies every operand at every index) is stored as None: numpy's C
-#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch
+#: einsum in one pass is then faster than pairwise products (BLAS) and their dispatch.
+#: Otherwise the path's steps are stored, [(operand positions, subscripts)], and run as
+#: ``np.einsum(..., optimize=path)`` runs them (one C einsum or one pairwise matmul
+#: each), without re-deriving the steps from the path on every call (~50 us)
 _PATHS = {}
 DIRECT_FLOPS = 1e6
+_F8 = np.dtype(float)
 
 
 def _einsum(expr, arrays):
+    return _run(expr, arrays, _path(expr, arrays))
+
+
+def _path(expr, arrays):
+    """The contraction plan of ``expr`` for the arrays' shapes (kept in :data:`_PATHS`)."""
     key = (expr,) + tuple(a.shape for a in arrays)
     try:
-        path = _PATHS[key]
+        return _PATHS[key]
     except KeyError:
-        if len(_PATHS) > 4096:
-            _PATHS.clear()
-        path, info = np.einsum_path(expr, *arrays, optimize=True)
-        flops = float(info.split("Naive FLOP count:")[1].split()[0])
-        direct = flops < (DIRECT_FLOPS if len(arrays) <= 2 else DIRECT_FLOPS / 100)
-        path = _PATHS[key] = None if direct else path
+        pass
+    if len(_PATHS) > 4096:
+        _PATHS.clear()
+    path, info = np.einsum_path(expr, *arrays, optimize=True)
+    flops = float(info.split("Naive FLOP count:")[1].split()[0])
+    direct = flops < (DIRECT_FLOPS if len(arrays) <= 2 else DIRECT_FLOPS / 100)
+    if not direct and _pairwise is not None:
+        _, steps = np.einsum_path(expr, *arrays, optimize=path, einsum_call=True)
+        path = [(tuple(inds), eq) for inds, eq, _ in steps]
+    path = _PATHS[key] = None if direct else path
+    return path
+
+
+def _run(expr, arrays, path):
     if path is None:
         return np.einsum(expr, *arrays)
-    return np.einsum(expr, *arrays, optimize=path)
+    if path[0] == "einsum_path":
+        return np.einsum(expr, *arrays, optimize=path)
+    ops = list(arrays)
+    for inds, eq in path:
+        tmp = [ops.pop(j) for j in inds]
+        ops.append(_pairwise(eq, *tmp) if len(tmp) == 2 else np.einsum(eq, *tmp))
+    return ops[0]
 
 
 def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None):
@@ -98,23 +125,25 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
     Plate axes of size 1 are squeezed before einsum, so broadcasting never
     materialises the full product and einsum's optimiser can call BLAS.
     """
-    if subs is None:
-        subs = ("",) * len(terms)
-    arrays = [] if weights is None else [np.asarray(weights, dtype=float)]
-    arrays += [np.asarray(t, dtype=float) for t in terms]
+    subs = ("",) * len(terms) if subs is None else tuple(subs)
     if weights is not None:
-        subs = ("",) + tuple(subs)
-    key = (tuple(a.shape for a in arrays), tuple(subs), out, tuple(target_plates),
+        terms = (weights,) + terms
+        subs = ("",) + subs
+    arrays = [t if type(t) is np.ndarray and t.dtype == _F8 else np.asarray(t, dtype=float)
+              for t in terms]
+    key = (tuple([a.shape for a in arrays]), subs, out, tuple(target_plates),
            None if full_plates is None else tuple(full_plates))
-    try:
-        plan = _WSUM[key]
-    except KeyError:
+    plan = _WSUM.get(key)
+    if plan is None:
         if len(_WSUM) > 4096:
             _WSUM.clear()
-        plan = _WSUM[key] = _wsum_plan(*key)
-    expr, shapes, factor, shape_plate, bcast = plan
+        plan = _WSUM[key] = [*_wsum_plan(*key), False]
+    expr, shapes, factor, shape_plate, bcast, path = plan
     if shapes:
-        res = _einsum(expr, [a.reshape(sh) for a, sh in zip(arrays, shapes)])
+        ops = [a.reshape(sh) for a, sh in zip(arrays, shapes)]
+        if path is False:   # the contraction's plan, looked up once per wsum plan
+            path = plan[5] = _path(expr, ops)
+        res = _run(expr, ops, path)
     else:
         res = np.asarray(1.0)
     if factor != 1.0:
@@ -127,7 +156,8 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
 
 #: wsum's plans by (operand shapes, subscripts, out, target plates, full plates): the
 #: einsum expression, the squeezed shapes, the factor of the plate axes no operand
-#: spans and the result's shapes (a fit calls the same sums every sweep)
+#: spans, the result's shapes and the contraction's plan (:func:`_path`, set at the
+#: first call) (a fit calls the same sums every sweep)
 _WSUM = {}
 
 
@@ -182,6 +212,9 @@ def add_compact(a, b):
     """a + b at the broadcast shape, computed at the compact shapes (:func:`compact`) and
     returned as a read-only broadcast view when that is smaller: the sum of a prior and a
     message that are the same for every entry is then one matrix, not one per entry."""
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.shape == b.shape and \
+            0 not in a.strides and 0 not in b.strides:
+        return a + b   # (nothing to compact: the common case of a latent q's target)
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     s = compact(a) + compact(b)
     return s if s.shape == shape else np.broadcast_to(s, shape)

@@ -169,11 +169,25 @@ MAX_HALVINGS = 30
 
 
 def _check_finite(node, new, iteration, fix):
-    at = f" at iteration {iteration}" if iteration is not None else ""
     for a in new:
-        if not np.all(np.isfinite(compact(a))):
-            raise FloatingPointError(f"the update of {node.label()} produced non-finite natural "
-                                     f"parameters{at}{fix}")
+        if not _finite(compact(a)):
+            at = f" at iteration {iteration}" if iteration is not None else ""
+            raise FloatingPointError(f"the update of {node.label()} produced non-finite "
+                                     f"natural parameters{at}{fix}")
+
+
+#: above this many entries the finiteness check is one sum (finite only if every entry is:
+#: an inf or NaN entry makes it inf or NaN), below it one elementwise test
+SUM_CHECK = 4096
+
+
+def _finite(a):
+    a = np.asarray(a)
+    if a.size <= SUM_CHECK:
+        return bool(np.isfinite(a).all())
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.sum(a)
+    return bool(np.isfinite(s)) or bool(np.isfinite(a).all())   # (finite entries that overflow)
 
 
 def precision_is_pd(node, nat):

@@ -80,7 +80,11 @@ class NormalFactor(Conditional):
         x1, x2 = x.moments
         lt, t = u[1]
         coef = t if w is None else np.asarray(w, dtype=float) * t
-        sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
+        if w is None and np.ndim(t) == 0:   # one precision: t times the unweighted sums,
+            sums = _mean_sums(self.parents[0], None, x1, (), x.plates)   # which are its
+            sums = None if sums is None else (t * sums[0], t * sums[1])  # next message's
+        else:
+            sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
         if sums is None:
             return super().weighted_loglik(x, u, w)
         s1, s2 = sums
@@ -236,8 +240,8 @@ class MultivariateNormalFactor(Conditional):
                 or _has_log_h(self.node.family):
             return super().weighted_loglik(x, u, w)
         from ..deterministic import _second_terms
-        eta1, eta2 = self.prior_natural(u)
         kw = dict(target_plates=(), full_plates=x.plates)
+        eta1, eta2, elp = self._prior_parts(u, kw)
         if tuple(x.plates) == tuple(self.node.plates):   # the node's own q: E[x x^T] may come
             x1, terms = _second_terms(self.node)          # as Sigma + E[x] E[x]^T (no stack)
         else:
@@ -245,7 +249,22 @@ class MultivariateNormalFactor(Conditional):
             terms = [((x2,), ("AB",))]
         return float(wsum(None, eta1, x1, subs=("A", "A"), **kw)
                      + sum(wsum(None, eta2, *a, subs=("AB",) + sa, **kw) for a, sa in terms)
-                     - wsum(None, self.expected_log_partition(u), **kw))
+                     - elp)
+
+    caches = ("_prior_memo",)
+    _prior_memo = None
+
+    def _prior_parts(self, u, kw):
+        """(E eta1, E eta2, sum of E[A] over the entries) at the parents' moments, kept while
+        they are the same objects (a prior of constants: once a fit)."""
+        u0, u1 = u[0], u[1]
+        memo = self._prior_memo
+        if memo is not None and memo[0] is u0 and memo[1] is u1 and memo[2] == kw["full_plates"]:
+            return memo[3]
+        eta1, eta2 = self.prior_natural((u0, u1))
+        out = (eta1, eta2, wsum(None, self.expected_log_partition((u0, u1)), **kw))
+        self._prior_memo = (u0, u1, kw["full_plates"], out)
+        return out
 
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u

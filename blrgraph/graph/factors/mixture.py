@@ -16,8 +16,9 @@ from .base import Conditional
 class MixtureFactor(Conditional):
     """Slots: z (Categorical) then the component factor's slots."""
 
-    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache")
-    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = None
+    caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache", "_stats_cache",
+              "_plan_cache")
+    _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _stats_cache = _plan_cache = None
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
         self.node = node
@@ -104,7 +105,19 @@ class MixtureFactor(Conditional):
         Needs observed data with dense T(x) and a conjugate component. The data's plate
         axes split into leading *row* axes, along which z varies and the parameters do
         not, and trailing *column* axes, along which z is constant (a multi-column mixture:
-        z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape)."""
+        z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape);
+        the last answer is kept for the same data, z shape and parameter plates."""
+        rest = (np.shape(r), tuple(x.plates), tuple(p.plates for p in self.component.parents),
+                self.component.fixed_plates())
+        memo = self._plan_cache
+        if memo is not None and memo[0] is self._flat_cache and memo[1] is x.value and \
+                memo[2] is x.cells and memo[3] == rest:
+            return memo[4]
+        out = self._flat_new(x, r)
+        self._plan_cache = (self._flat_cache, x.value, x.cells, rest, out)
+        return out
+
+    def _flat_new(self, x, r):
         if x.value is None or x.cells is not None or not self.component.conjugate or \
                 any(f != 1 for f in self.component.fixed_plates()):
             return None   # (fixed arrays such as Binomial n per component enter log h(x))
@@ -295,21 +308,34 @@ class MixtureFactor(Conditional):
             # the message is affine in the child's moments: one pseudo-entry per (column
             # entry, component) carrying the weighted means, with the weights' totals
             fs, R, C, cols = plan
-            if C == 1:
-                W = r if w is None else np.asarray(w)[..., None] * r
-                S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
-            else:
-                rr = r.reshape(R, self.K)
-                S = 0.0
-                for ra, rb, A in self._weighted_blocks(fs, R, C, w):
-                    S = S + rr[ra:rb].T @ A
-                S = S.reshape(self.K, C, -1).transpose(1, 0, 2)
-            tot, means = fs.layout.means(S.reshape(C * self.K, -1), tuple(cols) + (self.K,))
+            tot, means = self._component_stats(fs, R, C, cols, r, w)
             pseudo = ChildData(None, means, tuple(cols) + (self.K,), self.node.family.value_ndim)
             return self.component.message(i - 1, pseudo, ucomp, tot, target)
         wr = r if w is None else np.asarray(w)[..., None] * r
         xe, _ = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
         return self.component.message(i - 1, xe, ucomp, wr, target)
+
+    def _component_stats(self, fs, R, C, cols, r, w):
+        """(weights' totals, weighted means) of the statistics per (column entry,
+        component); the last kept for the same r and w (every component parameter's
+        message in a sweep reads the same)."""
+        cached = self._stats_cache
+        if cached is not None and cached[0] is fs and cached[1] is r and cached[2] is w:
+            return cached[3]
+        if C == 1:
+            W = r if w is None else np.asarray(w)[..., None] * r
+            S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
+        else:
+            rr = r.reshape(R, self.K)
+            S = 0.0
+            for ra, rb, A in self._weighted_blocks(fs, R, C, w):
+                S = S + rr[ra:rb].T @ A
+            S = S.reshape(self.K, C, -1).transpose(1, 0, 2)
+        out = fs.layout.means(S.reshape(C * self.K, -1), tuple(cols) + (self.K,))
+        for a in (out[0],) + out[1]:
+            a.flags.writeable = False   # shared by the components' messages
+        self._stats_cache = (fs, r, w, out)
+        return out
 
     def message_terms(self, i, x, u, w, target):
         """The message to z as gathered tables (families/gathered.py), when the
