@@ -1,0 +1,297 @@
+"""Forward-backward of a categorical Markov chain by a blocked scan over time (docs/hmm.md,
+"Few long sequences"): the q of families/categorical_chain.py for few long sequences.
+
+With b_t = exp(U_t - c_t) and At = exp(P - m), the forward vectors are alpha_t = M_t
+alpha_{t-1} with M_t = diag(b_t) At^T, and the backward vectors beta_{t-1} = N_t beta_t
+with N_t = At diag(b_t) = M_t^T, from beta = 1 at a sequence's last step L - 1. The
+transitions are split into blocks of B steps (the forward blocks from t = 1, the backward
+blocks ending at t = L - 1, so the padding of the last (first) block comes after (before)
+every step it could change). Then:
+
+1. within every block at once, the products of its first k matrices M and of its last k
+   matrices N: one loop of B steps, each one product of (K, K) with (K, K x blocks) for
+   both directions (a divisor per block and direction every RENORM steps);
+2. the boundaries: the blocks' whole products scanned by recursive doubling (log2 of the
+   number of blocks rounds, all blocks at once) give alpha and beta at every block's start;
+3. every step's alpha and beta: its block's product applied to the boundary's vector, all
+   steps at once.
+
+The marginals are alpha_t beta_t and the expected counts the xi_t = alpha_{t-1} (At o (b_t
+beta_t)^T), each normalised to sum 1 (they sum to Z in exact arithmetic); log Z is the
+scale of alpha at step L - 1. Every sum is of positive terms, so the results equal the
+recursions' to rounding. The intermediate arrays live in the caller's ``work`` dict
+(:func:`buffer`): a call allocates only its results, so no fresh pages are touched.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: a product of steps is divided by its sum every RENORM steps
+RENORM = 8
+#: a divisor or final sum below this (or not finite): the chain is redone another way
+TINY = 1e-250
+#: :func:`buffer` keeps an intermediate array in its ``work`` dict up to this size
+WORK_BYTES = 2 ** 28
+
+
+def buffer(work, name, shape):
+    """A float array of ``shape`` for intermediate values: the one kept under ``name`` in
+    ``work`` (a dict owned by the caller, reused from call to call) if it has that shape,
+    else a new one, kept there when it is at most WORK_BYTES. Reusing the arrays saves
+    the page faults of fresh memory on every call (about 1 ms per 8 MB)."""
+    if work is None:
+        return np.empty(shape)
+    a = work.get(name)
+    if a is None or a.shape != shape:
+        work.pop(name, None)
+        a = np.empty(shape)
+        if a.nbytes <= WORK_BYTES:
+            work[name] = a
+    return a
+
+
+def forward_backward_scan(U, P, L, B, work=None):
+    """(marginals (S, T, K), counts (S, K, K), log Z (S,)) of S chains with unary
+    log-potentials U (S, T >= 2, K), pairwise P (K, K) or (S, K, K) and lengths L (S,),
+    by the blocked scan with blocks of B steps; None when a divisor or a sum falls below
+    TINY or is not finite (the caller then runs the recursions)."""
+    S, T, K = U.shape
+    n = T - 1                                       # transitions t = 1..T-1
+    B = max(1, min(int(B), n))
+    nb = -(-n // B)
+    shared = P.ndim == 2 or P.shape[0] == 1
+    Pm = P.reshape(1, K, K) if shared else P
+    m = np.max(Pm, axis=(-2, -1))                   # (1 or S,): At <= 1
+    At = np.exp(Pm - m[:, None, None])              # (1 or S, K, K)
+    c = U[..., 0].copy()                            # (S, T): max_k U_t[k]
+    for i in range(1, K):
+        np.maximum(c, U[..., i], out=c)
+    b = buffer(work, "scan_b", (S, T, K))           # exp(U - c), max 1
+    np.exp(np.subtract(U, c[..., None], out=b), out=b)
+    full = bool(np.all(L == T))
+    bs = _scan_steps(b, L, B, nb, full, work)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        # 1. X[k] = M_k ... M_0 of each forward block, Y[k] = N_k ... N_{B-1} of each backward
+        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
+        # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
+        a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
+        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
+        alpha, beta, lx, lv = _scan_vectors(bs, At, shared, a, r, L, T, full, work)
+        gamma, counts, log_z, gsum = _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full,
+                                                 work)
+        ok = low > TINY and min(ldiv, lv) > np.log(TINY) and \
+            all(_in_range(v) for v in sums + (gsum,))
+        if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
+            return None
+    return gamma, counts, log_z
+
+
+def _in_range(v):
+    """Every entry of ``v`` finite and above TINY (a NaN fails too)."""
+    return v.size == 0 or (bool(np.min(v) > TINY) and bool(np.max(v) < np.inf))
+
+
+def _scan_steps(b, L, B, nb, full, work):
+    """The b of step k of block j of sequence s (column s nb + j), (B, 2, K, 1, S nb):
+    forward, transition t = 1 + j B + k; backward (taken in the order k = B - 1 .. 0),
+    t = L_s - 1 - (npad - 1 - j B - k); steps outside 1..T-1 (padding) get b = 1."""
+    S, T, K = b.shape
+    n, npad, Nb = T - 1, nb * B, S * nb
+    bs = buffer(work, "scan_bs", (B, 2, K, 1, Nb))
+    dst = bs[:, :, :, 0].reshape(B, 2, K, S, nb).transpose(1, 3, 4, 0, 2)  # (2, S, nb, B, K)
+    bf = buffer(work, "scan_bf", (S, npad, K))
+    bf[:, :n] = b[:, 1:]
+    bf[:, n:] = 1.0
+    np.copyto(dst[0], bf.reshape(S, nb, B, K))
+    if full:
+        bf[:, npad - n:] = b[:, 1:]
+        bf[:, :npad - n] = 1.0
+    else:
+        p = np.arange(npad)
+        tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
+        tb = np.where(tb >= 1, tb, T)
+        bf[...] = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
+    np.copyto(dst[1], bf.reshape(S, nb, B, K)[:, :, ::-1])
+    return bs
+
+
+def _step_matrices(At, shared, K, nb):
+    """The fixed matrices of the forward (At^T) and the backward (At) steps of
+    :func:`_block_loop`: shared, one block-diagonal (2 K, 2 K) matrix (both directions in
+    one product, np.dot: one BLAS call, a third of np.matmul's time on (2, K, K) at K=3);
+    else (2, K, K, S nb), per block."""
+    if shared:
+        K = At.shape[-1]
+        W = np.zeros((2 * K, 2 * K))
+        W[:K, :K], W[K:, K:] = At[0].T, At[0]
+        return W
+    Aw = np.moveaxis(At, 0, -1)                                       # (K, K, S)
+    return np.repeat(np.stack([Aw.transpose(1, 0, 2), Aw]), nb, axis=-1)
+
+
+def _block_loop(bs, W, state, t, o, keep):
+    """The B steps of every block at once, both directions: ``state`` (2, K, ..., Nb) is
+    multiplied by the steps' b (``bs`` (B, 2, K, 1, Nb)) into ``t`` then by W into ``o``,
+    which is the next state. The forward product after step k is t[0] (the state is At^T
+    times it), the backward one o[1]. ``t`` and ``o`` are (B, ...) arrays, one slot per
+    step, if ``keep``, else one slot reused (only the last step's products are wanted).
+    Every RENORM steps (and after the last one) the state is divided by its sum over
+    everything but the blocks; returns the logs of the divisors applied after each step
+    (B, 2, Nb) (0 where none)."""
+    B, Nb = bs.shape[0], bs.shape[-1]
+    ls = np.zeros((B, 2, Nb))
+    axes = tuple(range(1, state.ndim - 1))
+    for k in range(B):
+        tk, ok = (t[k], o[B - 1 - k]) if keep else (t, o)
+        np.multiply(bs[k].reshape(bs.shape[1:3] + (1,) * (state.ndim - 3) + (Nb,)), state,
+                    out=tk)
+        if W.ndim == 2:
+            np.dot(W, tk.reshape(W.shape[0], -1), out=ok.reshape(W.shape[0], -1))
+        else:
+            np.einsum("dijn,dj...n->di...n", W, tk, out=ok)
+        if (k + 1) % RENORM == 0 or (k == B - 1 and not keep):
+            sm = ok.sum(axis=axes)
+            np.divide(ok, sm.reshape(sm.shape[:1] + (1,) * len(axes) + sm.shape[1:]), out=ok)
+            np.log(sm, out=ls[k])
+        state = ok
+    return ls
+
+
+def _block_products(bs, At, shared, S, nb, work=None):
+    """Step 1: ``bs`` (B, 2, K, 1, Nb) the b of the forward and the backward steps. Both
+    directions are a product with b then one with a fixed matrix: forward X_k = diag(b_k)
+    At^T X_{k-1} is the product with At^T after the one with b (the state kept between
+    steps is At^T X_{k-1}, starting from At^T), backward Y_k = At diag(b_k) Y_{k+1}
+    (starting from the identity). Only the blocks' whole products are kept: returns X =
+    X_{B-1} (K, K, Nb), its log scale lx (Nb), Y = Y_0 (K, K, Nb), its log scale ly (Nb)
+    (the products are X exp(lx), Y exp(ly)), and the log of the smallest divisor. Every
+    RENORM steps each block's two matrices are divided by their sums (the sums grow by at
+    most a factor K per step in between)."""
+    B, _, K, _, Nb = bs.shape
+    t = buffer(work, "scan_t", (2, K, K, Nb))         # b o state
+    o = buffer(work, "scan_o", (2, K, K, Nb))         # after the matrix: the next state
+    W = _step_matrices(At, shared, K, nb)
+    state = np.empty((2, K, K, Nb))
+    state[0] = W[0] if W.ndim == 4 else At[0].T[:, :, None]
+    state[1] = np.eye(K)[:, :, None]
+    ls = _block_loop(bs, W, state, t, o, keep=False)
+    lx = ls[:-1, 0].sum(0)
+    low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
+    return t[0], lx, o[1], ls[:, 1].sum(0), min(low, np.min(ls[B - 1]))
+
+
+def _scan_boundaries(X, lx, Y, ly, a0):
+    """Step 2: from the blocks' whole products (X, lx, Y, ly of :func:`_block_products`)
+    and alpha_0 = a0 (K, S), alpha at every forward block's start (K, S, nb) with its log
+    scale (S, nb), beta at the end of every backward block (K, S, nb), the sums that must
+    not underflow, and the smallest divisor."""
+    (K, S), nb = a0.shape, X.shape[-1] // a0.shape[1]
+    G = np.empty((2, K, K, S, nb))
+    G[0] = X.reshape(K, K, S, nb)
+    G[1] = Y.reshape(K, K, S, nb)[..., ::-1]
+    lg = np.stack([lx.reshape(S, nb), ly.reshape(S, nb)[:, ::-1]])
+    G, lg, low = _doubling(G, lg)
+    sa0 = a0.sum(0)
+    a0 = a0 / sa0
+    va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
+    vr = G[1].sum(1)[..., ::-1]                                       # beta at the
+    sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
+    a = np.empty((K, S, nb))                                          # alpha at j B
+    a[:, :, 0] = a0
+    a[:, :, 1:] = va[:, :, :-1] / sva[:, :-1]
+    la = np.empty((S, nb))                                            # its log scale
+    la[:, 0] = np.log(sa0)
+    la[:, 1:] = la[:, :1] + lg[0][:, :-1] + np.log(sva[:, :-1])
+    r = np.empty((K, S, nb))                                          # beta at the end
+    r[:, :, -1] = 1.0 / K                                             # of backward block j
+    r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
+    return a, la, r, (sa0, sva, svr), low
+
+
+def _doubling(G, lg):
+    """Prefix products P_j = G_j G_{j-1} ... G_0 along the last axis of the (2, K, K, S,
+    n) matrices G (log scales lg (2, S, n): the products are G exp(lg)), by recursive
+    doubling (Hillis and Steele 1986): log2(n) rounds, each one product of every pair
+    (j, j - d), divided by its sum. Returns (P, lp, the smallest of those sums)."""
+    n = G.shape[-1]
+    d = 1
+    low = np.inf
+    H, lh = np.empty_like(G), np.empty_like(lg)
+    while d < n:
+        H[..., :d], lh[..., :d] = G[..., :d], lg[..., :d]
+        w = np.einsum("dij...,djl...->dil...", G[..., d:], G[..., :-d], out=H[..., d:])
+        s = w.sum(axis=(1, 2))
+        np.divide(w, s[:, None, None], out=w)
+        low = min(low, s.min())
+        s = np.add(lg[..., :-d], np.log(s, out=s), out=s)
+        np.add(lg[..., d:], s, out=lh[..., d:])
+        G, H, lg, lh = H, G, lh, lg
+        d *= 2
+    return G, lg, low
+
+
+def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
+    """Step 3: alpha and beta (S, T, K) at every step: the B steps of every block run again
+    (:func:`_block_loop`), now on vectors from the boundaries' (a, r of
+    :func:`_scan_boundaries`), then written into the (S, T, K) layout. Also returns the
+    log scale of alpha within its block (B, Nb) and the log of the smallest divisor."""
+    B, _, K, _, Nb = bs.shape
+    _, S, nb = a.shape
+    n, npad = T - 1, B * nb
+    W = _step_matrices(At, shared, K, nb)
+    state = np.empty((2, K, Nb))
+    if W.ndim == 2:
+        np.dot(At[0].T, a.reshape(K, Nb), out=state[0])
+    else:
+        np.einsum("ijn,jn->in", W[0], a.reshape(K, Nb), out=state[0])
+    state[1] = r.reshape(K, Nb)
+    t = buffer(work, "scan_vt", (B, 2, K, Nb))      # b o state: alpha at each step
+    o = buffer(work, "scan_vo", (B, 2, K, Nb))      # beta, in the order of the steps
+    ls = _block_loop(bs, W, state, t, o, keep=True)
+    lx = np.zeros((B, Nb))
+    np.cumsum(ls[:-1, 0], axis=0, out=lx[1:])
+    low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf
+    ab = buffer(work, "scan_alpha", (S, npad + 1, K))
+    ab[:, 0] = a[:, :, 0].T
+    np.copyto(ab[:, 1:].reshape(S, nb, B, K), t[:, 0].reshape(B, K, S, nb).transpose(2, 3, 0, 1))
+    bb = buffer(work, "scan_beta", (S, npad + 1, K))
+    np.copyto(bb[:, :npad].reshape(S, nb, B, K), o[:, 1].reshape(B, K, S, nb).transpose(2, 3, 0, 1))
+    bb[:, npad] = 1.0 / K
+    if full:
+        beta = bb[:, npad - n:]
+    else:   # beta at step tau < L - 1 is bb[tau - L + 1 + npad]; 1 from L - 1 on
+        idx = np.clip(np.arange(T)[None, :] - L[:, None] + 1 + npad, 0, npad)
+        beta = bb[np.arange(S)[:, None], idx]
+    return ab[:, :T], beta, lx, low
+
+
+def _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full, work):
+    """The marginals, the expected counts and log Z from alpha and beta at every step (and
+    the marginals' sums, which must not underflow)."""
+    S, T, K = alpha.shape
+    B, nb = lx.shape[0], la.shape[1]
+    ones = np.ones(K)
+    # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
+    si = np.arange(S)
+    last = np.clip(L - 1, 0, T - 1)
+    j, k = np.divmod(np.maximum(last - 1, 0), B)
+    lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
+    live = None if full else np.arange(T)[None, :] < L[:, None]
+    csum = c.sum(1) if full else np.where(live, c, 0.0).sum(1)
+    log_z = lz + np.log(alpha[si, last] @ ones) + csum + np.maximum(L - 1, 0) * m
+    log_z = np.where(L > 0, log_z, 0.0)
+    gamma = np.multiply(alpha, beta)
+    gsum = gamma @ ones
+    np.divide(gamma, gsum[..., None], out=gamma)
+    # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
+    # same for any scale of alpha_{t-1} and of beta_t)
+    g = np.multiply(b[:, 1:], beta[:, 1:], out=buffer(work, "scan_g", (S, T - 1, K)))
+    an = np.matmul(g, np.swapaxes(At, -1, -2), out=buffer(work, "scan_an", (S, T - 1, K)))
+    np.multiply(an, alpha[:, :-1], out=an)
+    w = np.divide(1.0, an @ ones)
+    if not full:
+        w[~live[:, 1:]] = 0.0
+    np.multiply(alpha[:, :-1], w[..., None], out=an)
+    counts = np.matmul(np.swapaxes(an, 1, 2), g)
+    counts *= At
+    return gamma, counts, log_z, gsum
