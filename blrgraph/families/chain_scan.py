@@ -99,19 +99,23 @@ def _scan_steps(b, L, B, nb, full, work):
     n, npad, Nb = T - 1, nb * B, S * nb
     bs = buffer(work, "scan_bs", (B, 2, K, 1, Nb))
     dst = bs[:, :, :, 0].reshape(B, 2, K, S, nb).transpose(1, 3, 4, 0, 2)  # (2, S, nb, B, K)
-    bf = buffer(work, "scan_bf", (S, npad, K))
-    bf[:, :n] = b[:, 1:]
-    bf[:, n:] = 1.0
-    np.copyto(dst[0], bf.reshape(S, nb, B, K))
-    if full:
-        bf[:, npad - n:] = b[:, 1:]
-        bf[:, :npad - n] = 1.0
+    q, r = divmod(n, B)            # whole blocks, steps in the last forward one
+    np.copyto(dst[0, :, :q], b[:, 1:1 + q * B].reshape(S, q, B, K))
+    if r:
+        dst[0, :, q, :r] = b[:, 1 + q * B:]
+        dst[0, :, q, r:] = 1.0
+    rev = dst[1][:, :, ::-1]       # (S, nb, B, K) in the order of the steps
+    if full:                       # the backward blocks: npad - n padding steps first
+        d = npad - n
+        rev[:, 0, :d] = 1.0
+        rev[:, 0, d:] = b[:, 1:1 + B - d]
+        np.copyto(rev[:, 1:], b[:, 1 + B - d:].reshape(S, nb - 1, B, K))
     else:
         p = np.arange(npad)
         tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
         tb = np.where(tb >= 1, tb, T)
-        bf[...] = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
-    np.copyto(dst[1], bf.reshape(S, nb, B, K)[:, :, ::-1])
+        bw = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
+        np.copyto(rev, bw.reshape(S, nb, B, K))
     return bs
 
 
@@ -129,7 +133,7 @@ def _step_matrices(At, shared, K, nb):
     return np.repeat(np.stack([Aw.transpose(1, 0, 2), Aw]), nb, axis=-1)
 
 
-def _block_loop(bs, W, state, t, o, keep):
+def _block_loop(bs, W, state, t, o, keep, work=None):
     """The B steps of every block at once, both directions: ``state`` (2, K, ..., Nb) is
     multiplied by the steps' b (``bs`` (B, 2, K, 1, Nb)) into ``t`` then by W into ``o``,
     which is the next state. The forward product after step k is t[0] (the state is At^T
@@ -141,20 +145,38 @@ def _block_loop(bs, W, state, t, o, keep):
     B, Nb = bs.shape[0], bs.shape[-1]
     ls = np.zeros((B, 2, Nb))
     axes = tuple(range(1, state.ndim - 1))
-    for k in range(B):
-        tk, ok = (t[k], o[B - 1 - k]) if keep else (t, o)
-        np.multiply(bs[k].reshape(bs.shape[1:3] + (1,) * (state.ndim - 3) + (Nb,)), state,
-                    out=tk)
+    mul, dot, div = np.multiply, np.dot, np.divide
+    for k, (bk, tk, ok, t2, o2) in enumerate(_loop_views(bs, t, o, keep, state.ndim, work)):
+        mul(bk, state, out=tk)
         if W.ndim == 2:
-            np.dot(W, tk.reshape(W.shape[0], -1), out=ok.reshape(W.shape[0], -1))
+            dot(W, t2, out=o2)
         else:
             np.einsum("dijn,dj...n->di...n", W, tk, out=ok)
         if (k + 1) % RENORM == 0 or (k == B - 1 and not keep):
             sm = ok.sum(axis=axes)
-            np.divide(ok, sm.reshape(sm.shape[:1] + (1,) * len(axes) + sm.shape[1:]), out=ok)
+            div(ok, sm.reshape(sm.shape[:1] + (1,) * len(axes) + sm.shape[1:]), out=ok)
             np.log(sm, out=ls[k])
         state = ok
     return ls
+
+
+def _loop_views(bs, t, o, keep, ndim, work):
+    """The views :func:`_block_loop` works on at each step k: b of the step, its slots of
+    ``t`` and ``o``, and those two as 2-d (2 K, rest) arrays. Kept in ``work`` next to the
+    arrays they view (a few hundred views per call otherwise)."""
+    key = ("scan_views", keep, ndim)
+    got = None if work is None else work.get(key)
+    if got is not None and got[0] is bs and got[1] is t and got[2] is o:
+        return got[3]
+    B, two, K, _, Nb = bs.shape
+    views = []
+    for k in range(B):
+        tk, ok = (t[k], o[B - 1 - k]) if keep else (t, o)
+        views.append((bs[k].reshape((two, K) + (1,) * (ndim - 3) + (Nb,)), tk, ok,
+                      tk.reshape(two * K, -1), ok.reshape(two * K, -1)))
+    if work is not None and max(bs.nbytes, t.nbytes, o.nbytes) <= WORK_BYTES:
+        work[key] = (bs, t, o, views)
+    return views
 
 
 def _block_products(bs, At, shared, S, nb, work=None):
@@ -174,7 +196,7 @@ def _block_products(bs, At, shared, S, nb, work=None):
     state = np.empty((2, K, K, Nb))
     state[0] = W[0] if W.ndim == 4 else At[0].T[:, :, None]
     state[1] = np.eye(K)[:, :, None]
-    ls = _block_loop(bs, W, state, t, o, keep=False)
+    ls = _block_loop(bs, W, state, t, o, False, work)
     lx = ls[:-1, 0].sum(0)
     low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
     return t[0], lx, o[1], ls[:, 1].sum(0), min(low, np.min(ls[B - 1]))
@@ -247,7 +269,7 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     state[1] = r.reshape(K, Nb)
     t = buffer(work, "scan_vt", (B, 2, K, Nb))      # b o state: alpha at each step
     o = buffer(work, "scan_vo", (B, 2, K, Nb))      # beta, in the order of the steps
-    ls = _block_loop(bs, W, state, t, o, keep=True)
+    ls = _block_loop(bs, W, state, t, o, True, work)
     lx = np.zeros((B, Nb))
     np.cumsum(ls[:-1, 0], axis=0, out=lx[1:])
     low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf
