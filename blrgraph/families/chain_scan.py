@@ -212,11 +212,11 @@ def _scan_boundaries(X, lx, Y, ly, a0):
     G[0] = X.reshape(K, K, S, nb)
     G[1] = Y.reshape(K, K, S, nb)[..., ::-1]
     lg = np.stack([lx.reshape(S, nb), ly.reshape(S, nb)[:, ::-1]])
-    G, lg, low = _doubling(G, lg)
     sa0 = a0.sum(0)
     a0 = a0 / sa0
-    va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
-    vr = G[1].sum(1)[..., ::-1]                                       # beta at the
+    V, lg, low = _chain_vectors(G, lg, np.stack([a0, np.ones((K, S))]))
+    va = V[0]                                                         # alpha at (j+1) B
+    vr = V[1][..., ::-1]                                              # beta at the
     sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
     a = np.empty((K, S, nb))                                          # alpha at j B
     a[:, :, 0] = a0
@@ -228,6 +228,59 @@ def _scan_boundaries(X, lx, Y, ly, a0):
     r[:, :, -1] = 1.0 / K                                             # of backward block j
     r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
     return a, la, r, (sa0, sva, svr), low
+
+
+def _chain_vectors(G, lg, v0):
+    """v_j = G_j G_{j-1} ... G_0 v0 for the (2, K, K, S, n) matrices G (log scales lg (2,
+    S, n): the matrices are G exp(lg)) and start vectors v0 (2, K, S), in two levels
+    (n^(1/2) calls of small arrays instead of log2(n) rounds over all of G): groups of g
+    ~ n^(1/2) matrices; a loop of g steps gives every group's whole product (all groups at
+    once); those products' prefixes by :func:`_doubling` give v at every group's start;
+    a loop of g steps on vectors gives v within every group. Returns v (2, K, S, n), its
+    log scale (2, S, n) and the smallest divisor (of the matrices and vectors, which are
+    divided by their sums every RENORM steps and at the groups' ends)."""
+    D, K, _, S, n = G.shape
+    g = max(1, int(np.ceil(np.sqrt(n))))
+    ng = -(-n // g)
+    Gp = np.empty((D, K, K, S, ng * g))
+    Gp[..., :n] = G
+    Gp[..., n:] = np.eye(K)[:, :, None, None]
+    Gp = Gp.reshape(D, K, K, S, ng, g)
+    lp = np.zeros((D, S, ng * g))
+    lp[..., :n] = lg
+    lp = lp.reshape(D, S, ng, g)
+    Q = np.empty((D, K, K, S, ng))
+    Q[...] = np.eye(K)[:, :, None, None]
+    lq = lp.sum(-1)                                   # each group's product: Q exp(lq)
+    low = np.inf
+    for p in range(g):
+        Q = np.einsum("dijsq,djlsq->dilsq", Gp[..., p], Q)
+        if (p + 1) % RENORM == 0 or p == g - 1:
+            sm = Q.sum(axis=(1, 2))
+            Q /= sm[:, None, None]
+            low = min(low, sm.min())
+            lq += np.log(sm)
+    R, lr, low_r = _doubling(Q, lq)                   # R_q: groups 0..q
+    W = np.empty((D, K, S, ng))                       # v at each group's start
+    W[..., 0] = v0
+    np.einsum("dijsq,djs->disq", R[..., :-1], v0, out=W[..., 1:])
+    sw = W.sum(1)
+    W /= sw[:, None]
+    lv = np.empty((D, S, ng, g))
+    run = np.log(sw)
+    run[..., 1:] += lr[..., :-1]
+    V = np.empty((D, K, S, ng, g))
+    for p in range(g):
+        W = np.einsum("dijsq,djsq->disq", Gp[..., p], W, out=V[..., p])
+        run += lp[..., p]
+        if (p + 1) % RENORM == 0:
+            sm = W.sum(1)
+            W /= sm[:, None]
+            low = min(low, sm.min())
+            run += np.log(sm)
+        lv[..., p] = run
+    return V.reshape(D, K, S, ng * g)[..., :n], lv.reshape(D, S, ng * g)[..., :n], \
+        min(low, low_r, sw.min())
 
 
 def _doubling(G, lg):
