@@ -76,9 +76,9 @@ def forward_backward_scan(U, P, L, B, work=None):
         # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
         a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
         # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
-        alpha, beta, lx, lv = _scan_vectors(bs, At, shared, a, r, L, T, full, work)
-        gamma, counts, log_z, gsum = _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full,
-                                                 work)
+        alpha, beta, lx, rho, lv = _scan_vectors(bs, At, shared, a, r, L, T, full, work)
+        gamma, counts, log_z, gsum = _scan_stats(alpha, beta, rho, b, c, At, m, L, la, lx,
+                                                 full, work)
         ok = low > TINY and min(ldiv, lv) > np.log(TINY) and \
             all(_in_range(v) for v in sums + (gsum,))
         if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
@@ -266,19 +266,18 @@ def _chain_vectors(G, lg, v0):
     np.einsum("dijsq,djs->disq", R[..., :-1], v0, out=W[..., 1:])
     sw = W.sum(1)
     W /= sw[:, None]
-    lv = np.empty((D, S, ng, g))
+    lv = np.cumsum(lp, axis=-1)                       # the log scale of v, below
     run = np.log(sw)
     run[..., 1:] += lr[..., :-1]
+    lv += run[..., None]
     V = np.empty((D, K, S, ng, g))
     for p in range(g):
         W = np.einsum("dijsq,djsq->disq", Gp[..., p], W, out=V[..., p])
-        run += lp[..., p]
         if (p + 1) % RENORM == 0:
             sm = W.sum(1)
             W /= sm[:, None]
             low = min(low, sm.min())
-            run += np.log(sm)
-        lv[..., p] = run
+            lv[..., p:] += np.log(sm)[..., None]
     return V.reshape(D, K, S, ng * g)[..., :n], lv.reshape(D, S, ng * g)[..., :n], \
         min(low, low_r, sw.min())
 
@@ -309,7 +308,10 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     """Step 3: alpha and beta (S, T, K) at every step: the B steps of every block run again
     (:func:`_block_loop`), now on vectors from the boundaries' (a, r of
     :func:`_scan_boundaries`), then written into the (S, T, K) layout. Also returns the
-    log scale of alpha within its block (B, Nb) and the log of the smallest divisor."""
+    log scale of alpha within its block (B, Nb), rho (S, T - 1) and the log of the smallest
+    divisor: rho_t = alpha_t / (b_t o At^T alpha_{t-1}) of the vectors as stored, t = 1..T-1
+    (1 / the divisor applied before step t within a block, 1 / the sum of alpha_{t-1} at
+    a block's start, whose vector is alpha_{t-1} normalised)."""
     B, _, K, _, Nb = bs.shape
     _, S, nb = a.shape
     n, npad = T - 1, B * nb
@@ -329,6 +331,10 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     ab = buffer(work, "scan_alpha", (S, npad + 1, K))
     ab[:, 0] = a[:, :, 0].T
     np.copyto(ab[:, 1:].reshape(S, nb, B, K), t[:, 0].reshape(B, K, S, nb).transpose(2, 3, 0, 1))
+    rho = np.ones((B, Nb))
+    rho[RENORM::RENORM] = np.exp(-ls[RENORM - 1:B - 1:RENORM, 0])
+    rho[0] = 1.0 / (ab[:, 0:npad:B] @ np.ones(K)).reshape(Nb)
+    rho = rho.reshape(B, S, nb).transpose(1, 2, 0).reshape(S, npad)[:, :n]
     bb = buffer(work, "scan_beta", (S, npad + 1, K))
     np.copyto(bb[:, :npad].reshape(S, nb, B, K), o[:, 1].reshape(B, K, S, nb).transpose(2, 3, 0, 1))
     bb[:, npad] = 1.0 / K
@@ -337,12 +343,12 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     else:   # beta at step tau < L - 1 is bb[tau - L + 1 + npad]; 1 from L - 1 on
         idx = np.clip(np.arange(T)[None, :] - L[:, None] + 1 + npad, 0, npad)
         beta = bb[np.arange(S)[:, None], idx]
-    return ab[:, :T], beta, lx, low
+    return ab[:, :T], beta, lx, rho, low
 
 
-def _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full, work):
-    """The marginals, the expected counts and log Z from alpha and beta at every step (and
-    the marginals' sums, which must not underflow)."""
+def _scan_stats(alpha, beta, rho, b, c, At, m, L, la, lx, full, work):
+    """The marginals, the expected counts and log Z from alpha and beta at every step and
+    rho (of :func:`_scan_vectors`) (and the marginals' sums, which must not underflow)."""
     S, T, K = alpha.shape
     B, nb = lx.shape[0], la.shape[1]
     ones = np.ones(K)
@@ -359,14 +365,13 @@ def _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full, work):
     gsum = gamma @ ones
     np.divide(gamma, gsum[..., None], out=gamma)
     # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
-    # same for any scale of alpha_{t-1} and of beta_t)
+    # same for any scale of alpha_{t-1} and of beta_t); its sum is (b_t o At^T
+    # alpha_{t-1}) . beta_t = gsum_t / rho_t
     g = np.multiply(b[:, 1:], beta[:, 1:], out=buffer(work, "scan_g", (S, T - 1, K)))
-    an = np.matmul(g, np.swapaxes(At, -1, -2), out=buffer(work, "scan_an", (S, T - 1, K)))
-    np.multiply(an, alpha[:, :-1], out=an)
-    w = np.divide(1.0, an @ ones)
+    w = np.divide(rho, gsum[:, 1:])
     if not full:
         w[~live[:, 1:]] = 0.0
-    np.multiply(alpha[:, :-1], w[..., None], out=an)
+    an = np.multiply(alpha[:, :-1], w[..., None], out=buffer(work, "scan_an", (S, T - 1, K)))
     counts = np.matmul(np.swapaxes(an, 1, 2), g)
     counts *= At
     return gamma, counts, log_z, gsum
