@@ -72,7 +72,8 @@ def forward_backward_scan(U, P, L, B, work=None):
     bs = _scan_steps(b, L, B, nb, full, work)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         # 1. X[k] = M_k ... M_0 of each forward block, Y[k] = N_k ... N_{B-1} of each backward
-        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
+        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, full, n - (nb - 1) * B,
+                                             work)
         # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
         a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
         # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
@@ -94,7 +95,8 @@ def _in_range(v):
 def _scan_steps(b, L, B, nb, full, work):
     """The b of step k of block j of sequence s (column s nb + j), (B, 2, K, 1, S nb):
     forward, transition t = 1 + j B + k; backward (taken in the order k = B - 1 .. 0),
-    t = L_s - 1 - (npad - 1 - j B - k); steps outside 1..T-1 (padding) get b = 1."""
+    t = L_s - 1 - (npad - 1 - j B - k), or the forward blocks' if every chain is of full
+    length (``full``); steps outside 1..T-1 (padding) get b = 1."""
     S, T, K = b.shape
     n, npad, Nb = T - 1, nb * B, S * nb
     bs = buffer(work, "scan_bs", (B, 2, K, 1, Nb))
@@ -105,11 +107,8 @@ def _scan_steps(b, L, B, nb, full, work):
         dst[0, :, q, :r] = b[:, 1 + q * B:]
         dst[0, :, q, r:] = 1.0
     rev = dst[1][:, :, ::-1]       # (S, nb, B, K) in the order of the steps
-    if full:                       # the backward blocks: npad - n padding steps first
-        d = npad - n
-        rev[:, 0, :d] = 1.0
-        rev[:, 0, d:] = b[:, 1:1 + B - d]
-        np.copyto(rev[:, 1:], b[:, 1 + B - d:].reshape(S, nb - 1, B, K))
+    if full:                       # the forward blocks, taken backwards
+        np.copyto(rev, dst[0])
     else:
         p = np.arange(npad)
         tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
@@ -133,53 +132,62 @@ def _step_matrices(At, shared, K, nb):
     return np.repeat(np.stack([Aw.transpose(1, 0, 2), Aw]), nb, axis=-1)
 
 
-def _block_loop(bs, W, state, t, o, keep, work=None):
-    """The B steps of every block at once, both directions: ``state`` (2, K, ..., Nb) is
-    multiplied by the steps' b (``bs`` (B, 2, K, 1, Nb)) into ``t`` then by W into ``o``,
+def _block_loop(bs, W, state, t, o, keep, work=None, snap=None, reset=None):
+    """The B steps of every block at once, in the directions of ``state`` (d, K, ..., Nb),
+    d = 1 (forward) or 2 (forward, backward): the state is multiplied by the steps' b
+    (``bs`` (B, 2, K, 1, Nb), its first d directions) into ``t`` then by W into ``o``,
     which is the next state. The forward product after step k is t[0] (the state is At^T
     times it), the backward one o[1]. ``t`` and ``o`` are (B, ...) arrays, one slot per
     step, if ``keep``, else one slot reused (only the last step's products are wanted).
     Every RENORM steps (and after the last one) the state is divided by its sum over
     everything but the blocks; returns the logs of the divisors applied after each step
-    (B, 2, Nb) (0 where none)."""
+    (B, d, Nb) (0 where none). ``snap`` (k, out): t is copied into ``out`` after step k;
+    ``reset`` (n, columns, v): after each of the first n steps the backward state's
+    ``columns`` are set to v (steps after a chain's end)."""
     B, Nb = bs.shape[0], bs.shape[-1]
-    ls = np.zeros((B, 2, Nb))
+    ls = np.zeros((B, state.shape[0], Nb))
     axes = tuple(range(1, state.ndim - 1))
     mul, dot, div = np.multiply, np.dot, np.divide
-    for k, (bk, tk, ok, t2, o2) in enumerate(_loop_views(bs, t, o, keep, state.ndim, work)):
+    views = _loop_views(bs, t, o, keep, state.shape[0], state.ndim, work)
+    for k, (bk, tk, ok, t2, o2) in enumerate(views):
         mul(bk, state, out=tk)
         if W.ndim == 2:
             dot(W, t2, out=o2)
         else:
             np.einsum("dijn,dj...n->di...n", W, tk, out=ok)
+        if reset is not None and k < reset[0]:
+            ok[1][..., reset[1]] = reset[2]
         if (k + 1) % RENORM == 0 or (k == B - 1 and not keep):
             sm = ok.sum(axis=axes)
             div(ok, sm.reshape(sm.shape[:1] + (1,) * len(axes) + sm.shape[1:]), out=ok)
             np.log(sm, out=ls[k])
+        if snap is not None and k == snap[0]:
+            np.copyto(snap[1], tk)
         state = ok
     return ls
 
 
-def _loop_views(bs, t, o, keep, ndim, work):
-    """The views :func:`_block_loop` works on at each step k: b of the step, its slots of
-    ``t`` and ``o``, and those two as 2-d (2 K, rest) arrays. Kept in ``work`` next to the
-    arrays they view (a few hundred views per call otherwise)."""
-    key = ("scan_views", keep, ndim)
+def _loop_views(bs, t, o, keep, dirs, ndim, work):
+    """The views :func:`_block_loop` works on at each step k: b of the step (its first
+    ``dirs`` directions), its slots of ``t`` and ``o``, and those two as 2-d (dirs K,
+    rest) arrays. Kept in ``work`` next to the arrays they view (a few hundred views per
+    call otherwise)."""
+    key = ("scan_views", keep, dirs, ndim)
     got = None if work is None else work.get(key)
     if got is not None and got[0] is bs and got[1] is t and got[2] is o:
         return got[3]
-    B, two, K, _, Nb = bs.shape
+    B, _, K, _, Nb = bs.shape
     views = []
     for k in range(B):
         tk, ok = (t[k], o[B - 1 - k]) if keep else (t, o)
-        views.append((bs[k].reshape((two, K) + (1,) * (ndim - 3) + (Nb,)), tk, ok,
-                      tk.reshape(two * K, -1), ok.reshape(two * K, -1)))
+        views.append((bs[k, :dirs].reshape((dirs, K) + (1,) * (ndim - 3) + (Nb,)), tk, ok,
+                      tk.reshape(dirs * K, -1), ok.reshape(dirs * K, -1)))
     if work is not None and max(bs.nbytes, t.nbytes, o.nbytes) <= WORK_BYTES:
         work[key] = (bs, t, o, views)
     return views
 
 
-def _block_products(bs, At, shared, S, nb, work=None):
+def _block_products(bs, At, shared, S, nb, full, r, work=None):
     """Step 1: ``bs`` (B, 2, K, 1, Nb) the b of the forward and the backward steps. Both
     directions are a product with b then one with a fixed matrix: forward X_k = diag(b_k)
     At^T X_{k-1} is the product with At^T after the one with b (the state kept between
@@ -188,18 +196,32 @@ def _block_products(bs, At, shared, S, nb, work=None):
     X_{B-1} (K, K, Nb), its log scale lx (Nb), Y = Y_0 (K, K, Nb), its log scale ly (Nb)
     (the products are X exp(lx), Y exp(ly)), and the log of the smallest divisor. Every
     RENORM steps each block's two matrices are divided by their sums (the sums grow by at
-    most a factor K per step in between)."""
+    most a factor K per step in between). Chains of full length (``full``) share the
+    forward blocks in both directions, and a backward block's product is the transpose of
+    the forward one (N_k = M_k^T): the loop runs forward only, and the last block's
+    product over its ``r`` steps (the rest is padding) is copied after step r - 1."""
     B, _, K, _, Nb = bs.shape
-    t = buffer(work, "scan_t", (2, K, K, Nb))         # b o state
-    o = buffer(work, "scan_o", (2, K, K, Nb))         # after the matrix: the next state
+    d = 1 if full else 2
+    t = buffer(work, f"scan_t{d}", (d, K, K, Nb))     # b o state
+    o = buffer(work, f"scan_o{d}", (d, K, K, Nb))     # after the matrix: the next state
     W = _step_matrices(At, shared, K, nb)
-    state = np.empty((2, K, K, Nb))
+    if full:
+        W = np.ascontiguousarray(At[0].T) if W.ndim == 2 else W[:1]
+    state = np.empty((d, K, K, Nb))
     state[0] = W[0] if W.ndim == 4 else At[0].T[:, :, None]
-    state[1] = np.eye(K)[:, :, None]
-    ls = _block_loop(bs, W, state, t, o, False, work)
+    if not full:
+        state[1] = np.eye(K)[:, :, None]
+    snap = (r - 1, np.empty((1, K, K, Nb))) if full else None
+    ls = _block_loop(bs, W, state, t, o, False, work, snap=snap)
     lx = ls[:-1, 0].sum(0)
     low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
-    return t[0], lx, o[1], ls[:, 1].sum(0), min(low, np.min(ls[B - 1]))
+    low = min(low, np.min(ls[B - 1]))
+    if not full:
+        return t[0], lx, o[1], ls[:, 1].sum(0), low
+    Y = np.empty((K, K, S, nb))
+    Y[...] = t[0].reshape(K, K, S, nb).transpose(1, 0, 2, 3)
+    Y[..., -1] = snap[1][0].reshape(K, K, S, nb)[..., -1].transpose(1, 0, 2)
+    return t[0], lx, Y.reshape(K, K, Nb), np.zeros(Nb), low
 
 
 def _scan_boundaries(X, lx, Y, ly, a0):
@@ -324,7 +346,10 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     state[1] = r.reshape(K, Nb)
     t = buffer(work, "scan_vt", (B, 2, K, Nb))      # b o state: alpha at each step
     o = buffer(work, "scan_vo", (B, 2, K, Nb))      # beta, in the order of the steps
-    ls = _block_loop(bs, W, state, t, o, True, work)
+    # full: the backward blocks are the forward ones; the last one's padding steps (after
+    # the chain's end, taken first) leave beta at 1
+    reset = (npad - n, slice(nb - 1, None, nb), 1.0 / K) if full else None
+    ls = _block_loop(bs, W, state, t, o, True, work, reset=reset)
     lx = np.zeros((B, Nb))
     np.cumsum(ls[:-1, 0], axis=0, out=lx[1:])
     low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf
@@ -338,8 +363,8 @@ def _scan_vectors(bs, At, shared, a, r, L, T, full, work):
     bb = buffer(work, "scan_beta", (S, npad + 1, K))
     np.copyto(bb[:, :npad].reshape(S, nb, B, K), o[:, 1].reshape(B, K, S, nb).transpose(2, 3, 0, 1))
     bb[:, npad] = 1.0 / K
-    if full:
-        beta = bb[:, npad - n:]
+    if full:   # beta at step tau is bb[tau]
+        beta = bb[:, :T]
     else:   # beta at step tau < L - 1 is bb[tau - L + 1 + npad]; 1 from L - 1 on
         idx = np.clip(np.arange(T)[None, :] - L[:, None] + 1 + npad, 0, npad)
         beta = bb[np.arange(S)[:, None], idx]
