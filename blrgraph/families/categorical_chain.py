@@ -360,8 +360,9 @@ def use_scan(S, T, K):
     and K states: the recursions' cost is a fixed cost per step (a few numpy calls, any S)
     plus O(S K^2) per step, the scan's is O(S K^2) per step (more than the recursions')
     plus a fixed cost per block; measured (docs/benchmarks.md), the scan is the faster for
-    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its products of the steps
-    take 32 T S K^2 bytes; above WORK_BYTES the recursions run instead (O(T K S) memory)."""
+    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its work arrays take about
+    100 T S K bytes; where 32 T S K^2 bytes pass WORK_BYTES the recursions run instead
+    (O(T K S) memory, arrays of a few steps at a time)."""
     return T >= 4 * SCAN_BLOCK and S * K * K <= SCAN_WORK and 32 * T * S * K * K <= WORK_BYTES
 
 
