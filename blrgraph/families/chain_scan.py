@@ -4,23 +4,26 @@
 With b_t = exp(U_t - c_t) and At = exp(P - m), the forward vectors are alpha_t = M_t
 alpha_{t-1} with M_t = diag(b_t) At^T, and the backward vectors beta_{t-1} = N_t beta_t
 with N_t = At diag(b_t) = M_t^T, from beta = 1 at a sequence's last step L - 1. The
-transitions are split into blocks of B steps (the forward blocks from t = 1, the backward
+transitions are split into blocks of B steps (the forward blocks from t = 1; the backward
 blocks ending at t = L - 1, so the padding of the last (first) block comes after (before)
-every step it could change). Then:
+every step it could change, or, when every chain has its full length, the forward blocks,
+whose padding after the chain's end leaves beta at 1). Then:
 
-1. within every block at once, the products of its first k matrices M and of its last k
-   matrices N: one loop of B steps, each one product of (K, K) with (K, K x blocks) for
-   both directions (a divisor per block and direction every RENORM steps);
-2. the boundaries: the blocks' whole products scanned by recursive doubling (log2 of the
-   number of blocks rounds, all blocks at once) give alpha and beta at every block's start;
-3. every step's alpha and beta: its block's product applied to the boundary's vector, all
-   steps at once.
+1. every block's whole product, all blocks at once: one loop of B steps, each one product
+   of (K, K) with (K, K x blocks) (a divisor per block every RENORM steps); forward and
+   backward, or forward only when both directions share the blocks (a backward block's
+   product is then the transpose of the forward one);
+2. the boundaries: alpha and beta at every block's start from those products, in two
+   levels (groups of about sqrt(blocks) blocks: a loop within the groups, recursive
+   doubling over the groups' products, a loop on vectors within the groups);
+3. every step's alpha and beta: the loop of step 1 again, on vectors from the boundaries.
 
 The marginals are alpha_t beta_t and the expected counts the xi_t = alpha_{t-1} (At o (b_t
-beta_t)^T), each normalised to sum 1 (they sum to Z in exact arithmetic); log Z is the
-scale of alpha at step L - 1. Every sum is of positive terms, so the results equal the
-recursions' to rounding. The intermediate arrays live in the caller's ``work`` dict
-(:func:`buffer`): a call allocates only its results, so no fresh pages are touched.
+beta_t)^T), each normalised to sum 1 (they sum to Z in exact arithmetic; xi_t's sum is the
+marginal's times a known ratio of the stored scales); log Z is the scale of alpha at step
+L - 1. Every sum is of positive terms, so the results equal the recursions' to rounding.
+The intermediate arrays live in the caller's ``work`` dict (:func:`buffer`): a call
+allocates only its results, so no fresh pages are touched.
 """
 from __future__ import annotations
 
@@ -71,12 +74,12 @@ def forward_backward_scan(U, P, L, B, work=None):
     full = bool(np.all(L == T))
     bs = _scan_steps(b, L, B, nb, full, work)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        # 1. X[k] = M_k ... M_0 of each forward block, Y[k] = N_k ... N_{B-1} of each backward
+        # 1. each forward block's M_{B-1} ... M_0, each backward block's N_0 ... N_{B-1}
         X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, full, n - (nb - 1) * B,
                                              work)
         # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
         a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
-        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
+        # 3. alpha and beta at every step, from the boundaries
         alpha, beta, lx, rho, lv = _scan_vectors(bs, At, shared, a, r, L, T, full, work)
         gamma, counts, log_z, gsum = _scan_stats(alpha, beta, rho, b, c, At, m, L, la, lx,
                                                  full, work)
