@@ -19,8 +19,11 @@ ELBOs agree to rounding (hmmlearn leaves the constant -D/2 log 2 pi per step out
 bound; it is added here). Time per sweep: median over the timed sweeps, in wall time and
 in process CPU time (``time.process_time``: on a shared machine the CPU time does not count
 the time spent waiting for a CPU; with ``--blas-threads 1`` both sides run one thread).
+``--interleave`` runs one sweep of each implementation in turn (else each runs all its
+sweeps before the next starts), so that a change in the machine's load during the run
+falls on all three alike.
 
-    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1 [--parts 11]
+    PYTHONPATH=. python benchmarks/bench_hmm.py --blas-threads 1 [--interleave] [--parts 11]
 """
 from __future__ import annotations
 
@@ -33,16 +36,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-
-def _stamp():
-    return time.perf_counter(), time.process_time()
-
-
-def _per_sweep(stamps):
-    """(wall, CPU) median seconds per sweep, the first (warm-up) sweep left out."""
-    st = np.asarray(stamps)
-    return C.per_iter(st[:, 0], skip=1)[0], C.per_iter(st[:, 1], skip=1)[0]
 
 
 def make_data(S, T, K, D, seed):
@@ -83,18 +76,32 @@ def copy_start(src, dst):
         setattr(dst, name, np.array(getattr(src, name), dtype=float))
 
 
-def run_hmmlearn(h, X, n_iter):
-    """hmmlearn's fit loop (base.py, VariationalBaseHMM via _AbstractHMM.fit), stamped per
-    iteration; returns ((wall, CPU) seconds per sweep, lower bounds with the 2 pi constant)."""
+def hmmlearn_sweeps(h, X):
+    """hmmlearn's fit loop (base.py, VariationalBaseHMM via _AbstractHMM.fit), one
+    iteration per ``next``: yields the lower bound with the 2 pi constant."""
     S, T, D = X.shape
     Xf, lengths = X.reshape(-1, D), [T] * S
-    stamps, bounds = [_stamp()], []
-    for _ in range(n_iter + 1):
+    const = S * T * D / 2 * np.log(2 * np.pi)
+    while True:
         stats, logprob = h._do_estep(Xf, lengths)
-        bounds.append(h._compute_lower_bound(logprob))
+        bound = h._compute_lower_bound(logprob)
         h._do_mstep(stats)
-        stamps.append(_stamp())
-    return _per_sweep(stamps), np.array(bounds) - S * T * D / 2 * np.log(2 * np.pi)
+        yield bound - const
+
+
+def timed(runs, n_iter):
+    """``n_iter`` + 1 sweeps of each generator in ``runs``, taken in turn (one sweep of
+    each per round); returns per run ((wall, CPU) median seconds per sweep, the first
+    (warm-up) sweep left out, and the values yielded)."""
+    times = [[] for _ in runs]
+    values = [[] for _ in runs]
+    for _ in range(n_iter + 1):
+        for run, t, v in zip(runs, times, values):
+            w, c = time.perf_counter(), time.process_time()
+            v.append(next(run))
+            t.append((time.perf_counter() - w, time.process_time() - c))
+    return [(tuple(float(x) for x in np.median(np.array(t[1:]), axis=0)), np.array(v))
+            for t, v in zip(times, values)]
 
 
 def build_blrgraph(h, X):
@@ -110,8 +117,9 @@ def build_blrgraph(h, X):
     return bg.Model(y)
 
 
-def run_blrgraph(model, h, n_iter):
-    """The same start as hmmlearn (its posteriors as blrgraph's q), then sweeps."""
+def blrgraph_sweeps(model, h):
+    """The same start as hmmlearn (its posteriors as blrgraph's q), then one sweep per
+    ``next`` (the first: the chain's step alone, hmmlearn's first E-step); yields the ELBO."""
     from blrgraph.inference.blr import blr_step
     from blrgraph.inference.elbo import elbo
     pi, A, theta, z = (model[n] for n in ("pi", "A", "theta", "z"))
@@ -120,20 +128,19 @@ def run_blrgraph(model, h, n_iter):
     A.set_natural(A.family.natural_from_params(h.transmat_posterior_))
     theta.set_natural(theta.family.natural_from_params(
         h.means_posterior_, h.beta_posterior_, h.dof_posterior_, np.linalg.inv(h.scale_posterior_)))
-    stamps = [_stamp()]
-    blr_step(model, z)                              # hmmlearn's first E-step
-    trace = [elbo(model)]
-    stamps.append(_stamp())
-    for _ in range(n_iter):
-        for node in (pi, A, theta, z):
-            blr_step(model, node)
-        trace.append(elbo(model))
-        stamps.append(_stamp())
-    return _per_sweep(stamps), np.array(trace)
+
+    def sweeps():
+        blr_step(model, z)                          # hmmlearn's first E-step
+        yield elbo(model)
+        while True:
+            for node in (pi, A, theta, z):
+                blr_step(model, node)
+            yield elbo(model)
+    return sweeps()
 
 
 def sweep_parts(model, n_sweeps):
-    """Process CPU time of each part of a blrgraph sweep (after :func:`run_blrgraph`), median
+    """Process CPU time of each part of a blrgraph sweep (after :func:`blrgraph_sweeps`), median
     over ``n_sweeps`` sweeps, in seconds: the updates of pi, A and theta; the chain's BLR
     step (its prior, the Mixture's message to z, their sum); forward-backward (the
     chain's moments); the ELBO."""
@@ -171,6 +178,9 @@ def main(argv=None):
     ap.add_argument("--blas-threads", type=int, help="cap BLAS threads (default: as configured)")
     ap.add_argument("--parts", type=int, default=0, metavar="N",
                     help="then N more blrgraph sweeps, timing each part of a sweep (CPU)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="one sweep of each implementation in turn (else all of hmmlearn's "
+                         "'log' sweeps, then 'scaling', then blrgraph's)")
     ap.add_argument("--json", help="write every number to this file")
     args = ap.parse_args(argv)
     if args.quick:
@@ -182,17 +192,21 @@ def main(argv=None):
     X = make_data(S, T, K, D, args.seed)
     print(f"data: {S} sequences x {T} steps, D={D}, K={K}; hmmlearn initialisation ...", flush=True)
     ref = hmmlearn_start(X, K, args.seed, "log")
-    results = {}
+    runs = {}
     for impl in ("log", "scaling"):
         h = hmmlearn_start(X, K, args.seed, impl)
         copy_start(ref, h)        # (k-means is seeded; this makes the start identical anyway)
-        t, bounds = run_hmmlearn(h, X, args.iters)
-        results[f"hmmlearn ({impl})"] = (t, bounds)
-        print(f"hmmlearn {impl}: {t[0] * 1e3:.1f} ms per sweep ({t[1] * 1e3:.1f} ms CPU)",
-              flush=True)
+        runs[f"hmmlearn ({impl})"] = hmmlearn_sweeps(h, X)
     model = build_blrgraph(ref, X)
-    t_b, trace = run_blrgraph(model, ref, args.iters)
-    print(f"blrgraph: {t_b[0] * 1e3:.1f} ms per sweep ({t_b[1] * 1e3:.1f} ms CPU)", flush=True)
+    runs["blrgraph"] = blrgraph_sweeps(model, ref)
+    if args.interleave:
+        out = dict(zip(runs, timed(list(runs.values()), args.iters)))
+    else:
+        out = {name: timed([run], args.iters)[0] for name, run in runs.items()}
+    for name, (t, _) in out.items():
+        print(f"{name}: {t[0] * 1e3:.1f} ms per sweep ({t[1] * 1e3:.1f} ms CPU)", flush=True)
+    t_b, trace = out.pop("blrgraph")
+    results = out
 
     rows = []
     for name, (t, bounds) in results.items():

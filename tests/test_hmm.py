@@ -371,6 +371,7 @@ def _same_as_recursions(U, P, L, scan_st):
     (1, 3001, 3, False, False, 7),        # its own transition matrix
     (40, 37, 4, True, True, 5),           # many short sequences, lengths 0..T
     (30, 41, 3, False, True, 4),          # T - 1 = 10 blocks of 4 exactly
+    (2, 41, 3, True, False, 4),           # the same at full length: no padding
     (6, 42, 2, True, True, 4),            # one transition more than 10 blocks
     (6, 40, 2, True, False, 4),           # one less
     (5, 50, 5, True, True, 1),            # blocks of one step

@@ -28,13 +28,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
+# RENORM: a shared-transition forward pass divides out the running sum every RENORM steps;
+# TINY: a divisor or final sum below it (or not finite) and the sequence is redone in log
+# space; WORK_BYTES: forward_backward keeps an intermediate array in its ``work`` dict up
+# to this size (:func:`_buffer`)
+from .chain_scan import RENORM, TINY, WORK_BYTES  # noqa: F401
+from .chain_scan import buffer as _buffer
+from .chain_scan import forward_backward_scan
 
-#: a shared-transition forward pass divides out the running sum every RENORM steps
-RENORM = 8
-#: a divisor or final sum below this (or not finite): the sequence is redone in log space
-TINY = 1e-250
-#: forward_backward keeps an intermediate array in its ``work`` dict up to this size
-WORK_BYTES = 2 ** 28
+
 #: forward_backward's emissions (exp) are computed this many steps at a time, in the
 #: forward loop; the marginals and the counts' operands BCHUNK steps at a time, in the
 #: backward loop
@@ -75,22 +77,6 @@ def _check(U, P, lengths):
         if L.shape != (S,) or np.any(L < 0) or np.any(L > T):
             raise ValueError(f"forward_backward: lengths must be S = {S} integers in 0..{T}")
     return U, P, L
-
-
-def _buffer(work, name, shape):
-    """A float array of ``shape`` for intermediate values: the one kept under ``name`` in
-    ``work`` (a dict owned by the caller, reused from call to call) if it has that shape,
-    else a new one, kept there when it is at most WORK_BYTES. Reusing the arrays saves
-    the page faults of fresh memory on every call (about 1 ms per 8 MB)."""
-    if work is None:
-        return np.empty(shape)
-    a = work.get(name)
-    if a is None or a.shape != shape:
-        work.pop(name, None)
-        a = np.empty(shape)
-        if a.nbytes <= WORK_BYTES:
-            work[name] = a
-    return a
 
 
 def forward_backward(log_unary, log_trans, lengths=None, work=None, scan=None):
@@ -374,227 +360,18 @@ def use_scan(S, T, K):
     and K states: the recursions' cost is a fixed cost per step (a few numpy calls, any S)
     plus O(S K^2) per step, the scan's is O(S K^2) per step (more than the recursions')
     plus a fixed cost per block; measured (docs/benchmarks.md), the scan is the faster for
-    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its products of the steps
-    take 32 T S K^2 bytes; above WORK_BYTES the recursions run instead (O(T K S) memory)."""
+    S K^2 up to about SCAN_WORK and T of at least a few blocks. Its work arrays take about
+    100 T S K bytes; where 32 T S K^2 bytes pass WORK_BYTES the recursions run instead
+    (O(T K S) memory, arrays of a few steps at a time)."""
     return T >= 4 * SCAN_BLOCK and S * K * K <= SCAN_WORK and 32 * T * S * K * K <= WORK_BYTES
 
 
 def _forward_backward_scan(U, P, L, block=None, work=None):
-    """The results of :func:`forward_backward`'s recursions by a blocked scan over time
-    (for few long sequences). With b_t = exp(U_t - c_t) and At = exp(P - m), the forward
-    vectors are alpha_t = M_t alpha_{t-1} with M_t = diag(b_t) At^T, and the backward
-    vectors beta_{t-1} = N_t beta_t with N_t = At diag(b_t) = M_t^T, from beta = 1 at a
-    sequence's last step L - 1. The transitions are split into blocks of B steps (the
-    forward blocks from t = 1, the backward blocks ending at t = L - 1, so the padding of
-    the last (first) block comes after (before) every step it could change). Then:
-
-    1. within every block at once, the products of its first k matrices M and of its last
-       k matrices N: one loop of B steps, each one product of (K, K) with (K, K x blocks)
-       for both directions (a divisor per block and direction every RENORM steps);
-    2. the boundaries: the blocks' whole products scanned by recursive doubling (log2 of
-       the number of blocks rounds, all blocks at once) give alpha and beta at every
-       block's start;
-    3. every step's alpha and beta: its block's product applied to the boundary's vector,
-       all steps at once.
-
-    The marginals are alpha_t beta_t and the expected counts the xi_t = alpha_{t-1} (At o
-    (b_t beta_t)^T), each normalised to sum 1 (they sum to Z in exact arithmetic); log Z
-    is the scale of alpha at step L - 1. Every sum is of positive terms, so the results
-    equal the recursions' to rounding. Returns None when a divisor or a sum falls below
-    TINY or is not finite (the caller then runs the recursions)."""
-    S, T, K = U.shape
-    n = T - 1                                       # transitions t = 1..T-1
-    B = min(int(block) if block else SCAN_BLOCK, n)
-    nb = -(-n // B)
-    shared = P.ndim == 2 or P.shape[0] == 1
-    Pm = P.reshape(1, K, K) if shared else P
-    m = np.max(Pm, axis=(-2, -1))                   # (1 or S,): At <= 1
-    At = np.exp(Pm - m[:, None, None])              # (1 or S, K, K)
-    c = U[..., 0].copy()                            # (S, T): max_k U_t[k]
-    for i in range(1, K):
-        np.maximum(c, U[..., i], out=c)
-    b = np.exp(U - c[..., None])                    # (S, T, K), max 1
-    full = bool(np.all(L == T))
-    bs = _scan_steps(b, L, B, nb, full)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        # 1. X[k] = M_k ... M_0 of each forward block, Y[k] = N_k ... N_{B-1} of each backward
-        X, lx, Y, ly, ldiv = _block_products(bs, At, shared, S, nb, work)
-        # 2. the boundaries: the whole products, scanned (the backward ones in reverse)
-        a, la, r, sums, low = _scan_boundaries(X, lx, Y, ly, b[:, 0].T)
-        # 3. alpha at steps 1 + j B + k, beta at L - 1 - (npad - j B - k)
-        alpha, beta = _scan_vectors(X, Y, a, r, L, T, full)
-        gamma, counts, log_z, gsum = _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full)
-        ok = low > TINY and ldiv > np.log(TINY) and \
-            all(np.all(np.isfinite(v) & (v > TINY)) for v in sums + (gsum,))
-        if not (ok and np.all(np.isfinite(counts)) and np.all(np.isfinite(log_z))):
-            return None
-    return ChainStats(gamma, counts, log_z, L, np.arange(T)[None, :] < L[:, None])
-
-
-def _scan_steps(b, L, B, nb, full):
-    """The b of step k of block j of sequence s (column s nb + j) for
-    :func:`_forward_backward_scan`, (B, 2, K, 1, S nb): forward, transition t = 1 + j B + k;
-    backward (taken in the order k = B - 1 .. 0), t = L_s - 1 - (npad - 1 - j B - k);
-    steps outside 1..T-1 (padding) get b = 1."""
-    S, T, K = b.shape
-    n, npad, Nb = T - 1, nb * B, S * nb
-    bs = np.empty((B, 2, K, 1, Nb))
-    bf = np.ones((S, npad, K))
-    bf[:, :n] = b[:, 1:]
-    bs[:, 0, :, 0] = bf.reshape(S, nb, B, K).transpose(2, 3, 0, 1).reshape(B, K, Nb)
-    if full:
-        bw = np.ones((S, npad, K))
-        bw[:, npad - n:] = b[:, 1:]
-    else:
-        p = np.arange(npad)
-        tb = np.clip(L[:, None] - npad + p[None, :], 0, T)             # (S, npad)
-        tb = np.where(tb >= 1, tb, T)
-        bw = np.concatenate([b, np.ones((S, 1, K))], axis=1)[np.arange(S)[:, None], tb]
-    bs[:, 1, :, 0] = bw.reshape(S, nb, B, K)[:, :, ::-1].transpose(2, 3, 0, 1).reshape(B, K, Nb)
-    return bs
-
-
-def _scan_boundaries(X, lx, Y, ly, a0):
-    """Step 2 of :func:`_forward_backward_scan`: from the blocks' products (X, lx, Y, ly of
-    :func:`_block_products`) and alpha_0 = a0 (K, S), alpha at every forward block's
-    start (K, S, nb) with its log scale (S, nb), beta at the end of every backward block
-    (K, S, nb), the sums that must not underflow, and the smallest divisor."""
-    (K, S), nb = a0.shape, X.shape[-1] // a0.shape[1]
-    G = np.empty((2, K, K, S, nb))
-    G[0] = X[-1].reshape(K, K, S, nb)
-    G[1] = Y[0].reshape(K, K, S, nb)[..., ::-1]
-    lg = np.stack([lx[-1].reshape(S, nb), ly[0].reshape(S, nb)[:, ::-1]])
-    G, lg, low = _doubling(G, lg)
-    sa0 = a0.sum(0)
-    a0 = a0 / sa0
-    va = np.einsum("ijsn,js->isn", G[0], a0)                          # alpha at (j+1) B
-    vr = G[1].sum(1)[..., ::-1]                                       # beta at the
-    sva, svr = va.sum(0), vr.sum(0)                                   # backward boundaries
-    a = np.empty((K, S, nb))                                          # alpha at j B
-    a[:, :, 0] = a0
-    a[:, :, 1:] = va[:, :, :-1] / sva[:, :-1]
-    la = np.empty((S, nb))                                            # its log scale
-    la[:, 0] = np.log(sa0)
-    la[:, 1:] = la[:, :1] + lg[0][:, :-1] + np.log(sva[:, :-1])
-    r = np.empty((K, S, nb))                                          # beta at the end
-    r[:, :, -1] = 1.0 / K                                             # of backward block j
-    r[:, :, :-1] = vr[:, :, 1:] / svr[:, 1:]
-    return a, la, r, (sa0, sva, svr), low
-
-
-def _scan_vectors(X, Y, a, r, L, T, full):
-    """Step 3 of :func:`_forward_backward_scan`: alpha and beta (S, T, K) at every step, the
-    blocks' products applied to their boundaries' vectors (a, r of :func:`_scan_boundaries`)."""
-    B, K, _, Nb = X.shape
-    _, S, nb = a.shape
-    n, npad = T - 1, B * nb
-    av = np.einsum("bkln,ln->bkn", X, a.reshape(K, Nb))               # (B, K, Nb)
-    bv = np.einsum("bkln,ln->bkn", Y, r.reshape(K, Nb))
-    alpha = np.empty((S, T, K))
-    alpha[:, 0] = a[:, :, 0].T
-    alpha[:, 1:] = av.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)[:, :n]
-    bflat = np.empty((S, npad + 1, K))
-    bflat[:, :npad] = bv.reshape(B, K, S, nb).transpose(2, 3, 0, 1).reshape(S, npad, K)
-    bflat[:, npad] = 1.0 / K
-    if full:
-        beta = bflat[:, npad - n:]
-    else:   # beta at step tau < L - 1 is bflat[tau - L + 1 + npad]; 1 from L - 1 on
-        idx = np.clip(np.arange(T)[None, :] - L[:, None] + 1 + npad, 0, npad)
-        beta = bflat[np.arange(S)[:, None], idx]
-    return alpha, beta
-
-
-def _scan_stats(alpha, beta, b, c, At, m, L, la, lx, full):
-    """The marginals, the expected counts and log Z of :func:`_forward_backward_scan` from
-    alpha and beta at every step (and the marginals' sums, which must not underflow)."""
-    S, T, K = alpha.shape
-    B, nb = lx.shape[0], la.shape[1]
-    tt = np.arange(T)
-    ones = np.ones(K)
-    # log Z: the scale of alpha at step L - 1 = 1 + j B + k (or 0)
-    si = np.arange(S)
-    last = np.clip(L - 1, 0, T - 1)
-    j, k = np.divmod(np.maximum(last - 1, 0), B)
-    lz = np.where(last == 0, la[:, 0], la[si, j] + lx[k, si * nb + j])
-    csum = c.sum(1) if full else np.where(tt[None, :] < L[:, None], c, 0.0).sum(1)
-    asum = alpha[si, last] @ ones
-    log_z = lz + np.log(asum) + csum + np.maximum(L - 1, 0) * m
-    log_z = np.where(L > 0, log_z, 0.0)
-    ab = alpha * beta
-    gsum = ab @ ones
-    gamma = np.divide(ab, gsum[..., None], out=ab)
-    # counts: xi_t = alpha_{t-1} (At o (b_t beta_t)^T) / its sum, t = 1..L-1 (the
-    # same for any scale of alpha_{t-1} and of beta_t)
-    g = b[:, 1:] * beta[:, 1:]                                        # (S, n, K)
-    an = alpha[:, :-1] * np.matmul(g, np.swapaxes(At, -1, -2))
-    w = 1.0 / (an @ ones)
-    if not full:
-        w[~(tt[None, 1:] < L[:, None])] = 0.0
-    np.multiply(alpha[:, :-1], w[..., None], out=an)
-    counts = np.matmul(np.swapaxes(an, 1, 2), g) * At
-    return gamma, counts, log_z, gsum
-
-
-def _block_products(bs, At, shared, S, nb, work=None):
-    """Step 1 of :func:`_forward_backward_scan`: ``bs`` (B, 2, K, 1, Nb) the b of the
-    forward and the backward steps. Both directions are a product with b then one with a
-    fixed matrix: forward X_k = diag(b_k) At^T X_{k-1} is the product with At^T after the
-    one with b (the state kept between steps is At^T X_{k-1}, starting from At^T),
-    backward Y_k = At diag(b_k) Y_{k+1} (starting from the identity). Returns X (B, K, K,
-    Nb), its log scale lx (B, Nb), Y (B, K, K, Nb) in the order of k and ly (B, Nb) (the
-    products are X exp(lx), Y exp(ly)), and the log of the smallest divisor. Every RENORM
-    steps each block's two matrices are divided by their sums (the sums grow by at most a
-    factor K per step in between)."""
-    B, _, K, _, Nb = bs.shape
-    Tm = _buffer(work, "scan_t", (B, 2, K, K, Nb))    # b o state: the forward X_k
-    Om = _buffer(work, "scan_o", (B, 2, K, K, Nb))    # after the matrix: the backward Y
-    ls = np.zeros((B, 2, Nb))           # logs of the divisors applied after step k
-    if shared:
-        W = np.stack([At[0].T, At[0]])                                    # (2, K, K)
-        Z = np.empty((2, K, K, Nb))
-        Z[0] = At[0].T[:, :, None]
-        Z[1] = np.eye(K)[:, :, None]
-    else:
-        Aw = np.moveaxis(At, 0, -1)                                       # (K, K, S)
-        W = np.repeat(np.stack([Aw.transpose(1, 0, 2), Aw]), nb, axis=-1)  # (2, K, K, Nb)
-        Z = np.empty((2, K, K, Nb))
-        Z[0] = W[0]
-        Z[1] = np.eye(K)[:, :, None]
-    mul, div, matmul = np.multiply, np.divide, np.matmul
-    for k in range(B):
-        t, o = Tm[k], Om[k]
-        mul(bs[k], Z, out=t)
-        if shared:
-            matmul(W, t.reshape(2, K, K * Nb), out=o.reshape(2, K, K * Nb))
-        else:
-            np.einsum("dijn,djln->diln", W, t, out=o)
-        if (k + 1) % RENORM == 0 or k == B - 1:
-            s = o.reshape(2, K * K, Nb).sum(1)
-            div(o, s[:, None, None, :], out=o)
-            np.log(s, out=ls[k])
-        Z = o
-    lc = np.cumsum(ls, axis=0)
-    lx = np.zeros((B, Nb))
-    lx[1:] = lc[:-1, 0]
-    low = np.min(ls[RENORM - 1::RENORM]) if B >= RENORM else np.inf    # the smallest divisor
-    return Tm[:, 0], lx, Om[::-1, 1], lc[::-1, 1], min(low, np.min(ls[B - 1]))
-
-
-def _doubling(G, lg):
-    """Prefix products P_j = G_j G_{j-1} ... G_0 along the last axis of the (2, K, K, S,
-    n) matrices G (log scales lg (2, S, n): the products are G exp(lg)), by recursive
-    doubling (Hillis and Steele 1986): log2(n) rounds, each one product of every pair
-    (j, j - d), divided by its sum. Returns (P, lp, the smallest of those sums)."""
-    n = G.shape[-1]
-    d = 1
-    low = np.inf
-    while d < n:
-        H, lh = G.copy(), lg.copy()
-        w = np.einsum("dij...,djl...->dil...", G[..., d:], G[..., :-d], out=H[..., d:])
-        s = w.sum(axis=(1, 2))
-        np.divide(w, s[:, None, None], out=w)
-        lh[..., d:] += lg[..., :-d] + np.log(s)
-        low = min(low, s.min())
-        G, lg = H, lh
-        d *= 2
-    return G, lg, low
+    """:func:`forward_backward` by the blocked scan over time of families/chain_scan.py
+    (blocks of ``block`` or SCAN_BLOCK steps), as a :class:`ChainStats`; None where its
+    sums leave the floating-point range (the caller then runs the recursions)."""
+    out = forward_backward_scan(U, P, L, int(block) if block else SCAN_BLOCK, work)
+    if out is None:
+        return None
+    T = U.shape[1]
+    return ChainStats(*out, L, np.arange(T)[None, :] < L[:, None])

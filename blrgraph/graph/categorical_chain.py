@@ -17,6 +17,7 @@ E[log p(z | pi, A)] + H[q].
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -223,7 +224,7 @@ class CategoricalMarkovChain(Stochastic):
         return batch + (1,) * (len(self.plates) - len(batch)) if batch else batch
 
     def _n_seq(self):
-        return int(np.prod(self.seq_plates, dtype=int))
+        return math.prod(self.seq_plates)
 
     def _seq_trans(self, la):
         """A transition parent's E[log A] (plates (..., K) + (K,)) as (K, K) if shared by
