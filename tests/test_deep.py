@@ -480,3 +480,16 @@ def test_progress_bar_counts_epochs(capsys):
     model.fit("ivon", batch_size=20, epochs=4, seed=0, progress=True)
     err = capsys.readouterr().err
     assert "epoch" in err and "4/4" in err
+
+
+def test_a_non_finite_minibatch_elbo_under_sgd_gives_sgds_fix_not_svis():
+    """-exp(20 x.w) overflows after the first step: the refusal names the Potential and
+    SGD's fix (a lower rho), not SVI's step-size schedule (tau=)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 3))
+    w = bg.MultivariateNormal(np.zeros(3), np.eye(3), name="w")
+    lik = bg.Potential(lambda w, X: -anp.exp(20 * (X @ w)), w, data=(X,), name="lik")
+    with pytest.raises(FloatingPointError, match=r"minibatch ELBO.*'lik'.*fit\('sgd'\).*lower rho") \
+            as err:
+        bg.Model(lik).fit("sgd", rho=1.0, batch_size=50, max_iter=5, seed=0)
+    assert "tau=" not in str(err.value)

@@ -37,7 +37,7 @@ def view_elbo(model, view):
                not math.isfinite(n.elbo_term())] or ["the rows"]
         raise FloatingPointError(f"the minibatch ELBO is {total}: the terms of "
                                  f"{', '.join(bad)} are not finite; check the data scale "
-                                 f"and the priors, or lower kappa's first steps (tau=)")
+                                 f"and the priors")
     for node in model.stochastic:
         if node not in view.on_rows:
             total += _term(node)
