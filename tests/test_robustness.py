@@ -505,3 +505,27 @@ def test_predict_checks_out_and_show_first(two_groups, tmp_path):
     assert code == 1 and "--out" in err and "not a directory" in err and "Errno" not in err
     code, _, err = run("predict", fit, two_groups, "--show", "-1", "--out", tmp_path / "p")
     assert code == 1 and "--show -1: give a number of rows >= 0" in err
+
+
+def test_a_model_built_or_loaded_but_never_fitted_is_freed(tmp_path):
+    """The per-fit caches (a fixed prior's parameters, kept while its parents are the same)
+    must not keep a model alive: a model built, or built and loaded from a checkpoint, and
+    then deleted leaves none of its nodes behind."""
+    import gc
+    import weakref
+    from helpers_models import gmm_model
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    fitted = gmm_model(X)
+    fitted.fit("vmp", seed=0, max_iter=3)
+    fitted.save(tmp_path / "gmm.blr")
+
+    def alive(load):
+        m = gmm_model(X)
+        if load:
+            m.load(tmp_path / "gmm.blr")
+            assert np.all(np.isfinite(m["pi"].posterior.mean))
+        refs = [weakref.ref(n) for n in m.nodes]
+        del m
+        gc.collect()
+        return [r() for r in refs if r() is not None]
+    assert alive(False) == [] and alive(True) == []

@@ -476,14 +476,16 @@ class Stochastic(Node):
         f = self.factor
         u = [p.moments() for p in f.parents]
         memo = _PRIOR_MEMO.get(self)
-        if memo is not None and memo[0] is f and memo[1] == self.plates and \
+        if memo is not None and memo[0]() is f and memo[1] == self.plates and \
                 len(memo[2]) == len(u) and all(a is b for a, b in zip(memo[2], u)):
             return memo[3]
         nat = f.prior_natural(u)
         out = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
                     for a, k in zip(nat, self.family.event_ndims))
         if all(p.observed or not (p.stochastic or p.deterministic) for p in f.parents):
-            _PRIOR_MEMO[self] = (f, self.plates, u, out)
+            # the factor held weakly: f.node is the key, so a strong reference would keep
+            # the node (and a model built but never fitted) alive in the weak dictionary
+            _PRIOR_MEMO[self] = (weakref.ref(f), self.plates, u, out)
         return out
 
     def elbo_term(self):
