@@ -195,3 +195,23 @@ def test_svi_with_point_mass_assignments_gives_hard_assignments():
     assert set(np.unique(onehot)) == {0.0, 1.0} and np.all(onehot.sum(-1) == 1)
     labels = onehot.argmax(-1)
     assert labels[:60].mean() != labels[60:].mean()  # the two clusters get different labels
+
+
+def test_a_prior_mean_per_row_is_cut_with_the_minibatch():
+    """x_n ~ N(c_n, 1/p_n) with a constant per row (and the per-row location shift it
+    gives y): minibatches cut c, p and the shift with the rows (it was a bare numpy
+    broadcasting error), and SVI reaches the VMP optimum of tau."""
+    rng = np.random.default_rng(0)
+    N = 400
+    c = rng.normal(size=N) * 3
+    yv = c + rng.normal(size=N) + 0.5 * rng.normal(size=N)
+
+    def build():
+        tau = bg.Gamma(2.0, 1.0, name="tau")
+        x = bg.Normal(c, np.linspace(0.5, 2, N), plates=(N,), name="x")
+        return bg.Model(bg.Normal(x, tau, name="y").observe(yv))
+    exact = build()
+    exact.fit("vmp", tol=1e-12)
+    model = build()
+    model.fit("svi", batch_size=50, max_steps=3000, seed=0)
+    assert model["tau"].posterior.mean == pytest.approx(exact["tau"].posterior.mean, rel=5e-3)

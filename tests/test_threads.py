@@ -209,3 +209,22 @@ def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path
         assert e2 == pytest.approx(L2, rel=1e-12) and e1 == pytest.approx(L1, rel=1e-12)
     a, b = np.load(tmp_path / "ck1.npz"), np.load(tmp_path / "ck2.npz")
     np.testing.assert_allclose(b["nat/z/0"], a["nat/z/0"], rtol=1e-10, atol=1e-9)
+
+
+def test_a_prior_mean_per_row_is_cut_with_the_partitions():
+    """A constant per row (prior mean and precision of x_n) is cut with each partition's
+    rows, as is the location shift it gives y: n_jobs=2 equals n_jobs=1 (it was a bare
+    numpy broadcasting error)."""
+    rng = np.random.default_rng(0)
+    N = 24000
+    c = rng.normal(size=N) * 3
+    yv = c + rng.normal(size=N) + 0.5 * rng.normal(size=N)
+    out = []
+    for jobs in (1, 2):
+        tau = bg.Gamma(2.0, 1.0, name="tau")
+        x = bg.Normal(c, np.linspace(0.5, 2, N), plates=(N,), name="x")
+        model = bg.Model(bg.Normal(x, tau, name="y").observe(yv))
+        fit = model.fit("vmp", n_jobs=jobs, max_iter=10, tol=0, seed=0)
+        out.append((np.array(fit.elbo_trace), model["x"].posterior.mean))
+    assert np.allclose(out[0][0], out[1][0], rtol=1e-12, atol=0)
+    assert np.allclose(out[0][1], out[1][1], rtol=1e-12, atol=1e-12)

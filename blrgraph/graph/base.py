@@ -159,6 +159,14 @@ class Constant(Node):
     def moments(self):
         return self._moments
 
+    def restrict(self, rows, cut, source_rows=None):
+        """One value per row (a prior mean per data point): the rows' values."""
+        state = super().restrict(rows, cut)
+        state.update(value=self.value, _moments=self._moments)
+        self.value = cut(self.value, rows)
+        self._moments = tuple(cut(m, rows) for m in self._moments)
+        return state
+
 
 class _LazyMoments(Sequence):
     """The parents' moment tuples, each computed when first read."""

@@ -173,6 +173,14 @@ class Stochastic(Node):
         q = None if self.observed or self._nat is not None else self._factored
         nat = None if self.observed or q is not None else self.nat
         state = super().restrict(rows, cut)
+        shift = self.family.shift
+        if shift is not None and np.ndim(shift) == len(state["plates"]) + self.family.value_ndim \
+                and np.shape(shift)[0] == state["plates"][0] != 1:
+            # a location shift per row (a per-row constant prior mean): the rows' shifts
+            state.update(family=self.family, provides=self.provides)
+            self.family = self.family.with_shift(cut(shift, rows))
+            if state["provides"] is state["family"]:
+                self.provides = self.family
         if self.observed:
             state.update(value=self.value, mask=self.mask, weights=self.weights,
                          _obs_moments=self._obs_moments)

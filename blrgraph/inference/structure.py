@@ -46,6 +46,13 @@ class Structure:
             self.root = root
         self.N = root.plates[0] if root is not None else 0
         self.order = [n for n in model.nodes if n in self.links]
+        # constants with one value per row (a prior mean per data point) are cut with
+        # the node they feed: {constant: the linked node whose rows they follow}
+        self.constants = {}
+        for n in self.order:
+            for p in n.parents:
+                if isinstance(p, Constant) and p not in self.constants and _on_first_axis(n, p):
+                    self.constants[p] = n
         on_axis = set(self.links) if explicit else self._all_axes(model, self.links)
         self.on_axis = on_axis   # every node on a data axis (deterministic ones too)
         self.local = [n for n in model.schedule if n in on_axis]

@@ -127,6 +127,8 @@ class RowView(DataView):
         for n in self.structure.order:
             rows = self.idx[n]
             self.saved[n] = n.restrict(rows, cut, self.remap.get(n))
+        for c, n in self.structure.constants.items():
+            self.saved[c] = c.restrict(self.idx[n], cut)
         self.on_rows = frozenset(self.idx)
         return self
 
@@ -145,4 +147,6 @@ class RowView(DataView):
             state["_moments"] = None
         for n in reversed(self.structure.order):
             n.restore(self.saved[n])
+        for c in self.structure.constants:
+            c.restore(self.saved[c])
         return False
