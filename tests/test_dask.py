@@ -479,3 +479,15 @@ def test_the_driver_takes_the_one_step_with_its_checks(monkeypatch):
     with dask.config.set(scheduler="threads", num_workers=2):
         with pytest.raises(FloatingPointError, match="not positive definite even with rho halved"):
             poisson_mixture(da.from_array(X, chunks=50)).fit("vmp", init=R, max_iter=3)
+
+
+def test_a_prior_mean_per_row_on_dask_data_is_refused_naming_the_node(client):
+    """One prior mean per row on dask data: refused before any task runs, naming the node
+    and the fix (the workers' copies gave an ELBO 2% off the fit in memory)."""
+    rng = np.random.default_rng(0)
+    c = rng.normal(size=400)
+    x = bg.Normal(c, 1.0, plates=(400,), name="x")
+    y = bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y")
+    y.observe(da.from_array(c + rng.normal(size=400), chunks=100))
+    with pytest.raises(ValueError, match=r"Normal 'x'.*one value per row.*np.asarray"):
+        bg.Model(y).fit("vmp", max_iter=3)
