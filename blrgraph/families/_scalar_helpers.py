@@ -11,6 +11,8 @@ from scipy.special import betaln, gammaln
 
 from .base import object_array
 
+_F8 = np.dtype(float)
+
 # Half-width (in standard deviations, plus a constant) of the window of
 # integers summed by :func:`_count_window`.  The tails beyond it are
 # far below double precision for binomial and Poisson laws.
@@ -24,6 +26,9 @@ def as_nat(nat, ncomp):
     """Return ``nat`` as a tuple of ``ncomp`` float arrays.
 
     A bare array is accepted for one-component families."""
+    if type(nat) is tuple and len(nat) == ncomp and \
+            all(type(x) is np.ndarray and x.dtype == _F8 for x in nat):
+        return nat   # (already so: q's own natural parameters, every sweep)
     if isinstance(nat, np.ndarray) or np.isscalar(nat):
         nat = (nat,)
     nat = tuple(np.asarray(x, dtype=float) for x in nat)

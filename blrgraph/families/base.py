@@ -314,8 +314,10 @@ class UnpackMemo:
 
     def _unpack(self, nat):
         memo = self.__dict__.get("_unpack_memo") or ()
+        n = len(nat)
         for key, out in memo:
-            if len(key) == len(nat) and all(a is b for a, b in zip(key, nat)):
+            if len(key) == n and key[0] is nat[0] and (n == 1 or key[1] is nat[1]) and \
+                    (n <= 2 or all(a is b for a, b in zip(key[2:], nat[2:]))):
                 return out
         out = self._unpack_new(nat)
         for a in out:

@@ -118,14 +118,14 @@ class Categorical(ExponentialFamily):
         eta = np.asarray(eta, dtype=float)
         if eta.size == 0:
             return np.zeros(eta.shape[:-1]), np.zeros(eta.shape)
-        c = float(np.max(eta))
+        c = float(eta.max())
         if not np.isfinite(c):
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
         s = np.asarray(np.einsum("...k->...", p))
         low = s < 1e-280
-        if np.any(low):   # far below the shift: exact per-row log-sum-exp there
+        if low.any():   # far below the shift: exact per-row log-sum-exp there
             sub = eta[low]
             m = _rowmax(sub)
             m[~np.isfinite(m)] = 0.0
@@ -163,7 +163,7 @@ class Categorical(ExponentialFamily):
         lse, p = self._lse_and_p(nat)
         eta = self._eta(nat)
         h = lse - np.einsum("...k,...k->...", p, eta)
-        if not np.all(np.isfinite(h)):
+        if not np.isfinite(h).all():
             with np.errstate(invalid="ignore"):
                 logp = eta - lse[..., None]
             h = -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))

@@ -241,11 +241,11 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         return self._unpack(nat)[0]
 
     def precision_is_pd(self, nat):
-        one = _shared_matrix(np.asarray(nat[1]))   # equal precisions (PCA scores): check one
-        P = -2.0 * np.asarray(nat[1] if one is None else one)
+        # the factorisation of q (equal precisions, PCA's scores: one), kept by
+        # UnpackMemo: the new q's moments then reuse this Cholesky factor
         try:
-            np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
-        except np.linalg.LinAlgError:
+            self._unpack(nat)
+        except ValueError:   # (_chol: not positive definite)
             return False
         return True
 

@@ -60,9 +60,10 @@ def _chol_logdet(c):
 
 
 def _chol_inv_factor(c):
-    """c^{-1} for a stack of lower-triangular Cholesky factors."""
-    eye = np.broadcast_to(np.eye(c.shape[-1]), c.shape)
-    return np.linalg.solve(c, eye)
+    """c^{-1} for a stack of lower-triangular Cholesky factors (numpy's ``inv`` is LAPACK's
+    gesv against the identity, as ``solve(c, I)`` is: the same numbers, without building
+    and checking the broadcast identity)."""
+    return np.linalg.inv(c)
 
 
 def _inv_from_chol(c):

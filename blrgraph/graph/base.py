@@ -179,11 +179,15 @@ class _LazyMoments(Sequence):
         return len(self._parents)
 
     def __getitem__(self, i):
+        m = self._moments
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if self._moments[i] is None:
-            self._moments[i] = self._parents[i].moments()
-        return self._moments[i]
+            for j in range(*i.indices(len(m))):
+                if m[j] is None:
+                    m[j] = self._parents[j].moments()
+            return m[i]
+        if m[i] is None:
+            m[i] = self._parents[i].moments()
+        return m[i]
 
 
 class FactoredMessage:
@@ -434,10 +438,12 @@ def reduce_seen(seen, plates):
 
 def _weighted_sum(values, w, plates):
     """sum over entries of w * values (entries with weight 0 contribute nothing, even NaN)."""
-    v = values if np.shape(values) == tuple(plates) else np.broadcast_to(values, plates)
+    v = values if type(values) is np.ndarray else np.asarray(values)
+    if v.shape != tuple(plates):
+        v = np.broadcast_to(v, plates)
     if w is not None:
         v = np.where(w != 0, v, 0.0) * w
-    return float(np.sum(v))
+    return float(v.sum())
 
 
 def _stochastic_sources(node):

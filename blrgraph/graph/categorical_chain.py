@@ -314,11 +314,14 @@ class CategoricalMarkovChain(Stochastic):
         """Forward-backward of the current q (kept while nat, E[log A] and lengths stay)."""
         if self.replicates is not None:
             self._no_weights(None)
-        U, P, L = self._potentials()
+        if self.nat is None:
+            self.set_natural(self.prior_natural())
+        L = self._lengths()
         key = (self.nat[0], self._snap, None if L is None else L.tobytes())
         c = self._cache
         if c is not None and c[0][0] is key[0] and c[0][1] is key[1] and c[0][2] == key[2]:
-            return c[1]
+            return c[1]   # (the potentials are built only when forward-backward runs)
+        U, P, L = self._potentials()
         st = forward_backward(U, P, L, work=self._work)
         self._cache = (key, st)
         return st

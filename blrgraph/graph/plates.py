@@ -16,6 +16,10 @@ try:   # numpy >= 2.3: einsum's own pairwise step (matmul) for a contraction pat
     from numpy._core.einsumfunc import bmm_einsum as _pairwise
 except ImportError:   # (older numpy: np.einsum(..., optimize=path) as a whole)
     _pairwise = None
+try:   # np.einsum without a path is this C function behind a Python wrapper
+    from numpy._core.multiarray import c_einsum as _c_einsum
+except ImportError:   # (numpy < 2)
+    _c_einsum = np.einsum
 
 
 def broadcast_plates(*shapes):
@@ -90,13 +94,13 @@ def _path(expr, arrays):
 
 def _run(expr, arrays, path):
     if path is None:
-        return np.einsum(expr, *arrays)
+        return _c_einsum(expr, *arrays)
     if path[0] == "einsum_path":
         return np.einsum(expr, *arrays, optimize=path)
     ops = list(arrays)
     for inds, eq in path:
         tmp = [ops.pop(j) for j in inds]
-        ops.append(_pairwise(eq, *tmp) if len(tmp) == 2 else np.einsum(eq, *tmp))
+        ops.append(_pairwise(eq, *tmp) if len(tmp) == 2 else _c_einsum(eq, *tmp))
     return ops[0]
 
 
@@ -148,7 +152,7 @@ def wsum(weights, *terms, subs=None, out="", target_plates=(), full_plates=None)
         res = np.asarray(1.0)
     if factor != 1.0:
         res = res * factor
-    res = np.reshape(res, shape_plate)
+    res = res.reshape(shape_plate)   # (an array or a numpy scalar: np.reshape's call)
     if bcast is not None:
         res = np.broadcast_to(res, bcast).copy()
     return res
