@@ -23,6 +23,7 @@ distributed = pytest.importorskip("distributed")
 
 import blrgraph as bg  # noqa: E402
 from blrgraph import io_dask  # noqa: E402
+from helpers_models import lda_model  # noqa: E402
 
 REL = 1e-10
 
@@ -121,21 +122,13 @@ def lda_data(n_docs=60, V=30, K=3, seed=2):
     return doc, word, counts[doc, word], rng.dirichlet(np.ones(K), size=len(doc))
 
 
-def lda(n_docs, doc, words, counts, K=3, V=30):
-    theta = bg.Dirichlet(np.full(K, 1 / K), plates=(n_docs,), name="theta")
-    phi = bg.Dirichlet(np.full(V, 1 / K), plates=(K,), name="phi")
-    z = bg.Categorical(theta[doc], plates=(len(doc),), name="z")
-    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(words, weights=counts)
-    return bg.Model(y)
-
-
 def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
     doc, word, cnt, R = lda_data()
     opts = dict(max_iter=12, init=R, local_restart=True, local_iters=100)  # Dask: fixed budget
-    mem = lda(60, doc, word, cnt)
+    mem = lda_model(60, doc, word, cnt)
     f1 = mem.fit("vmp", **opts)
     # chunks of 250 entries split documents: the boundaries move to the next document
-    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+    dsk = lda_model(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
               da.from_array(cnt, chunks=250))
     f2 = dsk.fit("vmp", **opts)
     close(f1.elbo_trace, f2.elbo_trace)
@@ -149,7 +142,7 @@ def test_lda_from_dask_triplets_equals_the_in_memory_fit(client):
 def test_the_random_topics_start_is_refused_for_dask_rows(client):
     """init='topics' needs every row's assignments on the driver: refused, naming the fix."""
     doc, word, cnt, R = lda_data()
-    dsk = lda(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
+    dsk = lda_model(60, da.from_array(doc, chunks=250), da.from_array(word, chunks=250),
               da.from_array(cnt, chunks=250))
     with pytest.raises(ValueError, match="use init='diffuse'"):
         dsk.fit("vmp", init="topics", max_iter=2)
@@ -166,8 +159,8 @@ def _svi_cases():
                             dict(init=R, seed=1, batch_size=50, max_steps=20), "theta"),
         "poisson": (lambda c: poisson_mixture(P if c is None else da.from_array(P, chunks=c)), 120,
                     dict(seed=2, batch_size=64, max_steps=30, init="random"), "rate"),
-        "lda": (lambda c: lda(60, doc, word, cnt) if c is None else
-                lda(60, *(da.from_array(a, chunks=c) for a in (doc, word, cnt))), 250,
+        "lda": (lambda c: lda_model(60, doc, word, cnt) if c is None else
+                lda_model(60, *(da.from_array(a, chunks=c) for a in (doc, word, cnt))), 250,
                 dict(seed=3, batch_size=10, max_steps=15, init="diffuse"), "phi"),
     }
 

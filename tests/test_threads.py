@@ -12,7 +12,7 @@ import pytest
 
 import blrgraph as bg
 from blrgraph.inference import threads
-from helpers_models import gmm_model
+from helpers_models import gmm_model, lda_model
 
 
 def _close(f1, m1, f2, m2, names):
@@ -110,21 +110,13 @@ def _lda_data(n_docs=40, V=30, K=3, seed=2):
     return doc, word, counts[doc, word]
 
 
-def _lda(n_docs, doc, words, counts, K=3, V=30):
-    theta = bg.Dirichlet(np.full(K, 1 / K), plates=(n_docs,), name="theta")
-    phi = bg.Dirichlet(np.full(V, 1 / K), plates=(K,), name="phi")
-    z = bg.Categorical(theta[doc], plates=(len(doc),), name="z")
-    y = bg.Mixture(z, bg.Categorical, phi, name="words").observe(words, weights=counts)
-    return bg.Model(y)
-
-
 def test_lda_in_partitions_takes_the_steps_of_one_thread():
     """LDA: the local block (theta and z, restarts, per-document convergence, the
     adaptive budget) runs in each partition; the same trace as one thread."""
     doc, word, cnt = _lda_data()
-    ref = _lda(40, doc, word, cnt)
+    ref = lda_model(40, doc, word, cnt)
     f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=15)
-    m = _lda(40, doc, word, cnt)
+    m = lda_model(40, doc, word, cnt)
     f2 = m.fit("vmp", seed=0, n_jobs=2, max_iter=15)
     assert f1.local_sweeps == f2.local_sweeps
     _close(f1, ref, f2, m, ("phi", "theta", "z"))
