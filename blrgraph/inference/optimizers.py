@@ -169,7 +169,11 @@ class _Node:
         const = float(np.sum(e1 * e1 / (4.0 * e2) + 0.5 * np.log(-2.0 * e2))
                       - 0.5 * e1.size * np.log(2.0 * np.pi))
         axes = tuple(range(-n, 0))
-        return ((lambda th: e1 + 2.0 * e2 * th), -2.0 * np.array(e2),
+        e2x2 = 2.0 * e2
+        if not e1.any():      # a prior mean of 0 (the usual weight prior): no e1 terms
+            return ((lambda th: e2x2 * th), -e2x2,
+                    _finite(const, lambda th: np.sum(th * (e2 * th), axis=axes) + const))
+        return ((lambda th: e1 + e2x2 * th), -e2x2,
                 _finite(const, lambda th: np.sum(th * (e1 + e2 * th), axis=axes) + const))
 
 
@@ -233,7 +237,10 @@ def _user_grad(factor, k, xs, data, w):
     value itself (one draw) or on all draws (when logp takes a leading axis of them),
     else one call per draw."""
     S = xs[k].shape[0]
-    if S == 1 or not factor._batched(xs, data):
+    if S == 1:
+        v, g = factor.user_value_and_grad([a[0] for a in xs], data, w)
+        return np.reshape(v, (1,)), g[k][None]
+    if not factor._batched(xs, data):
         vals, grads = [], []
         for s in range(S):
             v, g = factor.user_value_and_grad([a[s] for a in xs], data, w)
