@@ -15,7 +15,9 @@ Prior precisions: ``prior_precision`` x fan-in for the weights of a layer (prior
 biases; by default (``"cv"``) chosen from :data:`PRIOR_GRID` by the held-out NLL of
 IVON fits on 3 folds of the training rows. The fit starts from a random mean
 (Glorot-uniform weights, zero biases, the ``seed`` of ``build``) so hidden units are
-not symmetric.
+not symmetric. The Potential carries ``value_and_grad`` (the forward pass and the
+back-propagation formula, :func:`classifier_value_and_grad`): the optimizers' steps
+call it instead of tracing logp with autograd.
 
 Input: a DataFrame or CSV path with ``target=`` the response column and ``columns=``
 the predictors (default: every other column; text columns become 0/1 indicators), or
@@ -136,6 +138,16 @@ def _network(shapes, rowwise):
     return net
 
 
+def _softmax_eval(w, X, Y, shapes, rowwise):
+    """(log softmax(network(w, X)) . Y per row, (layer inputs, layer weights, softmax))."""
+    z, hs, Ws = _forward_np(w, X, shapes, rowwise)
+    top = z.max(-1, keepdims=True)
+    e = np.exp(z - top)
+    tot = e.sum(-1, keepdims=True)
+    out = np.sum(Y * z, -1) - (np.log(tot) + top)[..., 0]
+    return out, (hs, Ws, e / tot)
+
+
 def _softmax_loglik(shapes, rowwise):
     """log softmax(network(w, X)) . Y per row as one autograd primitive: its VJP is
     g (Y - softmax) back-propagated (no tape of the log-sum-exp's small ops)."""
@@ -144,12 +156,7 @@ def _softmax_loglik(shapes, rowwise):
     last = {}
 
     def _eval(w, X, Y):
-        z, hs, Ws = _forward_np(w, X, shapes, rowwise)
-        top = z.max(-1, keepdims=True)
-        e = np.exp(z - top)
-        tot = e.sum(-1, keepdims=True)
-        out = np.sum(Y * z, -1) - (np.log(tot) + top)[..., 0]
-        return out, (hs, Ws, e / tot)
+        return _softmax_eval(w, X, Y, shapes, rowwise)
 
     @primitive
     def loglik(w, X, Y):
@@ -189,6 +196,38 @@ def classifier_logp(shapes, K, rowwise=False):
     if key not in _NETS:
         _NETS[key] = _softmax_loglik(shapes, rowwise)
     return _NETS[key]
+
+
+def classifier_value_and_grad(shapes):
+    """value_and_grad(w, X, Y, weights) of :func:`classifier_logp` (``Potential(...,
+    value_and_grad=)``): the weighted row sum of log softmax . Y and its gradient in w,
+    (Y - softmax) back-propagated by hand; w (..., D) with any leading axes of draws."""
+    def value_and_grad(w, X, Y, weights):
+        out, (hs, Ws, p) = _softmax_eval(w, X, Y, shapes, False)
+        g = Y - p                                      # d out / d outputs, (..., rows, K)
+        if weights is None:
+            return out.sum(-1), [_backward_np(g, w, hs, Ws, False)]
+        return (out * weights).sum(-1), [_backward_np(weights[:, None] * g, w, hs, Ws, False)]
+    return value_and_grad
+
+
+def regressor_value_and_grad(shapes):
+    """value_and_grad(w, X, y, weights) of :func:`regressor_logp`: the weighted row sum
+    of log N(y | output, 1/tau) and its gradient in w (the network's weights and log tau)."""
+    def value_and_grad(w, X, y, weights):
+        mu, hs, Ws = _forward_np(w[..., :-1], X, shapes, False)
+        mu = mu[..., 0]
+        log_tau = w[..., -1:]
+        tau = np.exp(log_tau)
+        r = y - mu                                     # (..., rows)
+        out = 0.5 * log_tau - 0.5 * tau * r * r - 0.5 * np.log(2 * np.pi)
+        d_mu = tau * r                                 # d out / d mu
+        d_lt = 0.5 - 0.5 * tau * r * r                 # d out / d log tau
+        if weights is not None:
+            out, d_mu, d_lt = out * weights, d_mu * weights, d_lt * weights
+        g_net = _backward_np(d_mu[..., None], w[..., :-1], hs, Ws, False)
+        return out.sum(-1), [np.concatenate([g_net, d_lt.sum(-1, keepdims=True)], axis=-1)]
+    return value_and_grad
 
 
 def regressor_logp(shapes, rowwise=False):
@@ -260,6 +299,7 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
                              f"needs two or more")
         shapes = layer_shapes(X.shape[1], hidden, K)
         logp, per_row = classifier_logp(shapes, K), classifier_logp(shapes, K, rowwise=True)
+        value_and_grad = classifier_value_and_grad(shapes)
         y_mean, y_sd = 0.0, 1.0
     else:
         yf = np.asarray(y, dtype=float)
@@ -267,7 +307,8 @@ def build(data, target=None, columns=None, hidden=(32,), task=None, prior_precis
         yy = np.where(keep, (yf - y_mean) / y_sd, 0.0)
         shapes = layer_shapes(X.shape[1], hidden, 1)
         logp, per_row = regressor_logp(shapes), regressor_logp(shapes, rowwise=True)
-    parts = (shapes, task, seed, logp, per_row)
+        value_and_grad = regressor_value_and_grad(shapes)
+    parts = (shapes, task, seed, logp, per_row, value_and_grad)
     cv_nll = None
     if isinstance(prior_precision, str):
         prior_precision, cv_nll = _cross_validate(Xs[keep], yy[keep], parts, batch_size, epochs)
@@ -290,12 +331,13 @@ def _fit_options(task, n, batch_size, epochs):
 
 def _assemble(Xs, yy, keep, p0, parts):
     """The model: the weights' Normal node and the likelihood's Potential."""
-    shapes, task, seed, logp, per_row = parts
+    shapes, task, seed, logp, per_row, value_and_grad = parts
     prec, init = _prior_and_start(shapes, p0, task, seed)
     w = bg.Normal(0.0, prec, plates=(len(prec),), name="w")
     w.start_from(init, prec)
     lik = bg.Potential(logp, w, data=(Xs, yy), mask=None if keep.all() else keep,
-                       name="lik", vectorized=True, per_row=per_row)
+                       name="lik", vectorized=True, per_row=per_row,
+                       value_and_grad=value_and_grad)
     return bg.Model(lik)
 
 
@@ -305,7 +347,7 @@ def _cross_validate(Xs, yy, parts, batch_size, epochs):
     (stratified by class for a classifier; the folds drawn with the build's seed); the
     NLL of a held-out row is -log of the predictive averaged over :data:`CV_DRAWS`
     draws of q (a regressor's on the standardised target)."""
-    shapes, task, seed, _, _ = parts
+    shapes, task, seed = parts[:3]
     n = len(yy)
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)

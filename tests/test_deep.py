@@ -112,13 +112,14 @@ def _batches(seed, N, B):
 
 # ---- IVON ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("node", ["mvn", "normal"])
-def test_ivon_iterates_equal_the_ivon_update(node):
+@pytest.mark.parametrize("mc", [1, 2])
+def test_ivon_iterates_equal_the_ivon_update(node, mc):
     """The update of the authors' package (ivon/_ivon.py), written out: mean loss per row,
     weight decay delta = P0 / ess, Price Hessian estimate, momentum, debiasing."""
     N, B, seed, lr = 100, 20, 3, 0.1
     X, y = _logistic(N=N)
     w, model = _model(X, y, node=node)
-    b1, b2, h0, mc = 0.9, 0.999, 0.5, 2
+    b1, b2, h0 = 0.9, 0.999, 0.5
     fit, seen = _iterates(model, w, "ivon", rho=lr, batch_size=B, max_steps=12, seed=seed,
                           beta2=b2, hess_init=h0, mc_samples=mc)
     rows, draws = _batches(seed, N, B)
@@ -147,11 +148,12 @@ def _log_joint(X, y, th, scale):
 
 
 @pytest.mark.parametrize("node", ["mvn", "normal"])
-def test_the_objective_of_a_step_is_the_log_joint_at_its_gradient_point(node):
+@pytest.mark.parametrize("mc", [1, 2])
+def test_the_objective_of_a_step_is_the_log_joint_at_its_gradient_point(node, mc):
     """Each step reports log p(D, theta) on its rows (scaled by N/|B|) at the point its
     gradient was taken (adam: the mean before the step; ivon: the draws of q, + H[q]),
     the values of the gradient's own forward pass (no second pass over the rows)."""
-    N, B, seed, mc = 100, 20, 3, 2
+    N, B, seed = 100, 20, 3
     X, y = _logistic(N=N)
     w, model = _model(X, y, node=node)
     Ls, ms, vs = [], [], []
@@ -181,6 +183,136 @@ def test_the_objective_of_a_step_is_the_log_joint_at_its_gradient_point(node):
         assert np.isclose(Ls[t], want, rtol=1e-12), t
         m, var = ms[t], vs[t]
     assert fit.objective == "elbo"      # + H[q]: a one-draw estimate of the ELBO
+
+
+# ---- Potential(value_and_grad=...) ---------------------------------------------------------
+def logistic_value_and_grad(w, X, y, weights):
+    """The weighted row sum of logistic_rows and its gradient, by hand."""
+    a = w @ X.T
+    lp, r = y * a - np.logaddexp(0.0, a), y - expit(a)
+    if weights is not None:
+        lp, r = lp * weights, r * weights
+    return lp.sum(-1), [r @ X]
+
+
+def _masked_weighted(value_and_grad, node="normal", N=120):
+    """A logistic Potential with masked rows, a NaN row and weights (0 for some rows)."""
+    X, y = _logistic(N=N)
+    X[5, 1] = np.nan
+    mask = np.ones(N, bool)
+    mask[[2, 7, 11]] = False
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, N)
+    weights[[3, 9]] = 0.0
+    D = X.shape[1]
+    if node == "mvn":
+        w = bg.MultivariateNormal(np.zeros(D), P0 * np.eye(D), name="w")
+    else:
+        w = bg.Normal(0.0, P0, plates=(D,), name="w")
+    lik = bg.Potential(logistic_rows, w, data=(X, y), mask=mask, weights=weights, name="lik",
+                       value_and_grad=value_and_grad)
+    return w, bg.Model(lik)
+
+
+@pytest.mark.parametrize("method,options,node", [
+    ("ivon", {"batch_size": 30, "max_steps": 12, "mc_samples": 1}, "normal"),
+    ("ivon", {"batch_size": 30, "max_steps": 12, "mc_samples": 3}, "mvn"),
+    ("adam", {"batch_size": 40, "max_steps": 10, "rho": 0.05}, "normal"),
+    ("ncvmp", {"max_iter": 8}, "mvn")])
+def test_a_potential_with_value_and_grad_fits_as_with_autograd(method, options, node):
+    """The user's value and gradient (masked rows, a NaN row, weights) give the iterates,
+    the trace and the q of autograd's gradient of logp to rounding."""
+    runs = []
+    for vg in (None, logistic_value_and_grad):
+        w, model = _masked_weighted(vg, node)
+        fit, seen = _iterates(model, w, method, seed=2, **options)
+        runs.append((np.array(fit.elbo_trace), seen, np.array(w.posterior.var)))
+    (t1, s1, v1), (t2, s2, v2) = runs
+    assert len(s1) == len(s2) > 1
+    assert np.allclose(t1, t2, rtol=1e-12, atol=0)
+    for a, b in zip(s1, s2):
+        assert np.allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert np.allclose(v1, v2, rtol=1e-12, atol=0)
+
+
+def test_value_and_grad_of_the_zoo_networks_equals_autograd():
+    """mlp's classifier / regressor value_and_grad against autograd's gradient of the
+    weighted row sum of logp, with weights 0 on some rows and a row without a label,
+    for one copy of the weights and for a leading axis of draws."""
+    from autograd import grad
+    mlp = _zoo_mlp()
+    rng = np.random.default_rng(3)
+    shapes = mlp.layer_shapes(5, (6,), 3)
+    D = sum(a * b + b for a, b in shapes)
+    X, Y = rng.normal(size=(11, 5)), np.eye(3)[rng.integers(0, 3, 11)]
+    Y[4] = 0.0
+    weights = rng.uniform(0.2, 3.0, 11)
+    weights[[1, 6]] = 0.0
+    y = rng.normal(size=11)
+    cases = [(mlp.classifier_logp(shapes, 3), mlp.classifier_value_and_grad(shapes), Y, D),
+             (mlp.regressor_logp(mlp.layer_shapes(5, (6,), 1)),
+              mlp.regressor_value_and_grad(mlp.layer_shapes(5, (6,), 1)), y, 5 * 6 + 6 + 7 + 1)]
+    for logp, vg, target, n in cases:
+        for w in (rng.normal(size=n) * 0.5, rng.normal(size=(4, n)) * 0.5):
+            for wt in (None, weights):
+                def total(a):
+                    lp = logp(a, X, target)
+                    return anp.sum(lp if wt is None else lp * wt, axis=-1)
+                v, (g,) = vg(w, X, target, wt)
+                assert v.shape == w.shape[:-1] and g.shape == w.shape
+                assert np.allclose(v, total(w), rtol=1e-10, atol=1e-12)
+                want = grad(lambda a: anp.sum(total(a)))(w)
+                assert np.allclose(g, want, rtol=1e-10, atol=1e-12)
+
+
+def test_the_zoo_mlp_trace_is_that_of_autograd_through_its_network():
+    """The zoo's Potential with its value_and_grad, and the same Potential without it
+    (autograd through the network's primitive): the same IVON trace and q to 1e-12."""
+    mlp = _zoo_mlp()
+    X, y = _blobs(N=150)
+    runs = []
+    for keep in (True, False):
+        model = mlp.build((X, y), hidden=(8,), prior_precision=0.1, epochs=5, batch_size=50)
+        if not keep:
+            model["lik"].value_and_grad = None
+        fit = model.fit("ivon", seed=1, **model.meta["fit_options"])
+        runs.append((np.array(fit.elbo_trace), np.array(model["w"].posterior.mean),
+                     np.array(model["w"].posterior.var)))
+    for a, b in zip(*runs):
+        assert np.allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_value_and_grad_is_refused_when_it_disagrees_with_logp():
+    X, y = _logistic(N=40)
+    w = bg.Normal(0.0, 1.0, plates=(3,), name="w")
+    with pytest.raises(TypeError, match=r"Potential 'lik'.*value_and_grad must be a function"):
+        bg.Potential(logistic_rows, w, data=(X, y), name="lik", value_and_grad=3.0)
+
+    def off_gradient(w, X, y, weights):
+        v, (g,) = logistic_value_and_grad(w, X, y, weights)
+        return v, [g * 1.01]
+
+    def off_value(w, X, y, weights):
+        v, g = logistic_value_and_grad(w, X, y, weights)
+        return v + 1e-3, g
+
+    def unsummed(w, X, y, weights):
+        v, g = logistic_value_and_grad(w, X, y, weights)
+        return v[..., None] * np.ones(len(y)) / len(y), g
+
+    def one_draw_only(w, X, y, weights):
+        v, (g,) = logistic_value_and_grad(np.reshape(w, (-1, 3))[0], X, y, weights)
+        return v, [g]
+
+    for bad, match in [(off_gradient, r"gradient in w differs from autograd"),
+                       (off_value, r"total .* differs from the weighted row sum of logp"),
+                       (unsummed, r"returned a total of shape \(40,\)"),
+                       (one_draw_only, r"leading axis of draws"),
+                       (lambda *a: 1 / 0, r"value_and_grad failed at the start \(ZeroDivision")]:
+        w = bg.Normal(0.0, 1.0, plates=(3,), name="w")
+        w.start_from(np.array([0.3, -0.2, 0.1]), 1.0)
+        lik = bg.Potential(logistic_rows, w, data=(X, y), name="lik", value_and_grad=bad)
+        with pytest.raises(ValueError, match=r"fit\('ivon'\): Potential 'lik'.*" + match):
+            bg.Model(lik).fit("ivon", batch_size=10, max_steps=2)
 
 
 # ---- OGN / VOGN ---------------------------------------------------------------------------
@@ -421,7 +553,8 @@ def test_mlp_regressor_prior_by_cross_validation_scores_the_predictive_density()
     fold[np.random.default_rng(0).permutation(60)] = np.arange(60) % 3
     p0, total = mlp.PRIOR_GRID[0], 0.0
     parts = (model.meta["shapes"], "regression", 0, mlp.regressor_logp(model.meta["shapes"]),
-             mlp.regressor_logp(model.meta["shapes"], rowwise=True))
+             mlp.regressor_logp(model.meta["shapes"], rowwise=True),
+             mlp.regressor_value_and_grad(model.meta["shapes"]))
     for k in range(3):
         tr, te = fold != k, fold == k
         sub = mlp._assemble(Xs[tr], ys[tr], np.ones(tr.sum(), bool), p0, parts)

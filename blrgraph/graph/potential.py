@@ -40,7 +40,11 @@ of the point (in chunks bounded by ``CHUNK`` numbers).
 Speed. ``logp`` receives one array per parent, shaped like the parent's value (plates
 + event), with a leading axis of draws when it accepts one (write it with ``...`` and
 ``axis=-1``); a probe decides (``vectorized=None``) or ``vectorized=True/False`` says.
-Otherwise draws are evaluated one by one.
+Otherwise draws are evaluated one by one. ``value_and_grad=f`` (optional) skips
+autograd's trace where only gradients are needed (the Stein messages, the optimizers):
+``f(*values, *data, weights)`` returns the weighted row sum of logp and its gradient in
+each value (a network whose backward pass is written by hand, models/mlp.py); it is
+checked against logp and autograd at the start of every fit.
 
 Parents must be Normal or MultivariateNormal stochastic nodes (any plates); under
 mean field each plate entry is an independent Gaussian, and the message keeps the
@@ -196,6 +200,13 @@ class PotentialFactor(Conditional):
         self.vectorized = bool(ok)
         return self.vectorized
 
+    def user_value_and_grad(self, xs, data, w):
+        """(totals, gradients) from ``Potential(value_and_grad=f)``: f(*xs, *data, w) with
+        w the rows' weights (None: every row once); totals shaped like the values' leading
+        axes of draws, one gradient per parent shaped like its values."""
+        total, grads = self.node.value_and_grad(*xs, *data, w)
+        return np.asarray(total, dtype=float), [np.asarray(g, dtype=float) for g in grads]
+
     def _totals(self, xs, data, w, anp):
         """Per draw, the weighted sum of the rows' log-factors (an autograd expression)."""
         v = self._call(xs, data)
@@ -214,31 +225,10 @@ class PotentialFactor(Conditional):
         return out
 
     def check_fit(self, method="fit"):
-        """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
-        naming the node and the fix."""
-        if self.node.source is not None:   # streamed: the first rows
-            data, _ = self.node.read_batch(np.arange(min(16, self.node.source.shape[0])))
-        else:
-            data, _ = self.rows()
-        where = f"fit({method!r}): {self.node.label()}"
-        one = self._means()
-        try:
-            with np.errstate(all="ignore"):   # a non-finite value is refused below
-                v = np.asarray(self._call(one, data), dtype=float)
-        except Exception as err:  # noqa: BLE001 -- the user's function
-            raise ValueError(f"{where}: logp failed at the start ({type(err).__name__}: {err}); "
-                             f"logp receives one array per parent (its value's shape)"
-                             + (" then the data arrays" if data else "")) from None
-        want = (len(data[0]),) if data else ()
-        if v.shape != want:
-            what = (f"one log-factor per data row, shape {want}" if data else
-                    "one number (pass data=(...) for per-row log-factors)")
-            raise ValueError(f"{where}: logp returned shape {v.shape}; it must return {what}")
-        if not np.all(np.isfinite(v)):
-            bad = np.flatnonzero(~np.isfinite(np.atleast_1d(v)))[:5]
-            at = f" at rows {bad.tolist()}" if data else ""
-            raise ValueError(f"{where}: logp is not finite at the start (the prior mean){at}; "
-                             f"write it in a stable form (logaddexp, log1p) or mask those rows")
+        """Refuse a logp (or value_and_grad) of the wrong shape, not finite, or disagreeing
+        with autograd at the start, naming the node and the fix (:mod:`.potential_checks`)."""
+        from .potential_checks import check_fit
+        check_fit(self, method)
 
     def _chunks(self, S, N):
         """Slices of the draws so that draws x rows stays under CHUNK."""
@@ -265,9 +255,13 @@ class PotentialFactor(Conditional):
             pieces = [[x[s] for x in xs] for s in range(S)]
             one = True
         vals, grads = [], [[] for _ in xs]
+        user = self.node.value_and_grad is not None
         for part in pieces:
-            vjp, v = make_vjp(lambda a: self._totals(list(a), data, w, anp))(tuple(part))
-            g = vjp(np.ones_like(v))
+            if user:
+                v, g = self.user_value_and_grad(part, data, w)
+            else:
+                vjp, v = make_vjp(lambda a: self._totals(list(a), data, w, anp))(tuple(part))
+                g = vjp(np.ones_like(v))
             vals.append(np.atleast_1d(np.asarray(v, dtype=float)))
             for k, gk in enumerate(g):
                 gk = np.asarray(gk, dtype=float)
@@ -378,7 +372,7 @@ class PotentialFactor(Conditional):
 
 class Potential(Stochastic):
     """Potential(logp, *parents, data=None, mask=None, weights=None, name=None,
-    samples=None, seed=0, vectorized=None, per_row=None).
+    samples=None, seed=0, vectorized=None, per_row=None, value_and_grad=None).
 
     A user log-factor written with autograd.numpy over Normal / MultivariateNormal
     nodes; see the module docstring. ``data=(A1, A2, ...)``: arrays whose leading axis
@@ -388,10 +382,22 @@ class Potential(Stochastic):
     (``fit("ncvmp")``, ``"laplace"``, ``"gd"``, ``"map"``, and on minibatches ``"svi"``,
     ``"sgd"``, ``"adam"``, ``"ogn"``, ``"vogn"``, ``"ivon"``). ``per_row(*values, *data)``
     (optional) is logp with one copy of each value per data row (leading axis the rows),
-    returning (rows,): the per-row gradients of fit("vogn"/"ogn") in one reverse pass."""
+    returning (rows,): the per-row gradients of fit("vogn"/"ogn") in one reverse pass.
+
+    ``value_and_grad(*values, *data, weights)`` (optional) returns ``(total, grads)``:
+    total = sum over the rows of weights_r * logp_r (weights: None when every row
+    counts once, else one per row; the data and weights are those of the rows in use,
+    a minibatch's), shaped like the values' leading axes of draws (() for one draw),
+    and grads one gradient of total per parent, shaped like that parent's values. It
+    takes the values as logp does (with a leading axis of draws when logp takes one).
+    The gradients of the Stein messages and of fit("adam"/"ogn"/"vogn"/"ivon") then come
+    from it instead of autograd's trace of logp (logp still gives the values and the
+    Hessians of point masses). At the start of each fit it is checked against logp
+    (the total to 1e-8) and autograd's gradient of logp (to 1e-6 relative) at the
+    prior mean: a mismatch is a ValueError naming the node."""
 
     def __init__(self, logp, *parents, data=None, mask=None, weights=None, name=None,
-                 samples=None, seed=0, vectorized=None, per_row=None):
+                 samples=None, seed=0, vectorized=None, per_row=None, value_and_grad=None):
         Node.__init__(self, name, ())
         if not callable(logp):
             raise TypeError(f"{self.label()}: the first argument must be a function logp(*values) "
@@ -411,7 +417,12 @@ class Potential(Stochastic):
         if per_row is not None and not callable(per_row):
             raise TypeError(f"{self.label()}: per_row must be a function per_row(*values, *data) "
                             f"whose values carry one copy per data row, got {type(per_row).__name__}")
+        if value_and_grad is not None and not callable(value_and_grad):
+            raise TypeError(f"{self.label()}: value_and_grad must be a function "
+                            f"value_and_grad(*values, *data, weights) -> (weighted row sum of "
+                            f"logp, [gradient in each value]), got {type(value_and_grad).__name__}")
         self.per_row = per_row
+        self.value_and_grad = value_and_grad
         self.family = None
         self.provides = None
         data, mask, weights, streamed = self._check_data(data, mask, weights)

@@ -89,10 +89,10 @@ class Run:
         self.it = 0
 
     # ---- node updates ------------------------------------------------------------
-    def _point(self, n):
+    def _point(self, n, check=True):
         if n in self.plan.points and not n.point:
             n.point = True  # a point mass from its first update on (until then: the prior)
-        if n.point:
+        if n.point and check:
             check_point(n, self.it)
 
     def update_local(self, n):
@@ -109,7 +109,7 @@ class Run:
                 self.step(g, view.messages(g), r)
             else:   # a stateful optimizer (adam, vogn, ...) reads the view's rows itself
                 u.step(self.model, g, r, self.it, None if view.scale == 1.0 else view.scale_of)
-            self._point(g)
+            self._point(g, check=isinstance(u, str) or not u.checks_q)  # it checks its own q
 
     def step(self, node, messages, rho):
         """The step of a global node: lam <- (1 - rho) lam + rho (lam0 + messages), where

@@ -183,6 +183,7 @@ class MixtureGaussian(Optimizer):
     ``components`` K and ``mc_samples`` S (draws per component)."""
 
     sampled = True
+    checks_q = False     # the loop checks the published moments
 
     def __init__(self, method, node, hyper, N, rng):
         super().__init__(method, node, hyper, N, rng)

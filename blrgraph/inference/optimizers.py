@@ -120,8 +120,8 @@ class _Node:
             P = -2.0 * e2
             m = np.linalg.solve(P, e1[..., None])[..., 0]
             return m, np.array(np.diagonal(P, axis1=-2, axis2=-1))
-        P = -2.0 * np.broadcast_to(e2, np.shape(e1))
-        return e1 / P, np.array(P)
+        P = -2.0 * (e2 if e2.shape == e1.shape else np.broadcast_to(e2, e1.shape))  # a new array
+        return e1 / P, P
 
     def set(self, m, prec):
         """q = N(m, diag(1/prec)) (the MVN's precision a diagonal matrix)."""
@@ -169,7 +169,11 @@ class _Node:
         const = float(np.sum(e1 * e1 / (4.0 * e2) + 0.5 * np.log(-2.0 * e2))
                       - 0.5 * e1.size * np.log(2.0 * np.pi))
         axes = tuple(range(-n, 0))
-        return ((lambda th: e1 + 2.0 * e2 * th), -2.0 * np.array(e2),
+        e2x2 = 2.0 * e2
+        if not e1.any():      # a prior mean of 0 (the usual weight prior): no e1 terms
+            return ((lambda th: e2x2 * th), -e2x2,
+                    _finite(const, lambda th: np.sum(th * (e2 * th), axis=axes) + const))
+        return ((lambda th: e1 + e2x2 * th), -e2x2,
                 _finite(const, lambda th: np.sum(th * (e1 + e2 * th), axis=axes) + const))
 
 
@@ -200,6 +204,8 @@ def potential_grad(factor, k, x):
     import autograd.numpy as anp
     from autograd import make_vjp
     xs, data, w = _potential_call(factor, k, x)
+    if factor.node.value_and_grad is not None:   # the user's gradient: no trace of logp
+        return _user_grad(factor, k, xs, data, w)
     if x.shape[0] == 1 and factor._batched(xs, data):   # one draw: logp on the value itself
         def single(xk):
             full = [a[0] for a in xs]
@@ -224,6 +230,25 @@ def potential_grad(factor, k, x):
         vals.append(float(v))
         grads.append(np.asarray(vjp(1.0), dtype=float))
     return np.array(vals), np.stack(grads)
+
+
+def _user_grad(factor, k, xs, data, w):
+    """:func:`potential_grad` from ``Potential(value_and_grad=f)``: one call on the
+    value itself (one draw) or on all draws (when logp takes a leading axis of them),
+    else one call per draw."""
+    S = xs[k].shape[0]
+    if S == 1:
+        v, g = factor.user_value_and_grad([a[0] for a in xs], data, w)
+        return np.reshape(v, (1,)), g[k][None]
+    if not factor._batched(xs, data):
+        vals, grads = [], []
+        for s in range(S):
+            v, g = factor.user_value_and_grad([a[s] for a in xs], data, w)
+            vals.append(float(v))
+            grads.append(g[k])
+        return np.array(vals), np.stack(grads)
+    v, g = factor.user_value_and_grad(xs, data, w)
+    return np.atleast_1d(v), g[k]
 
 
 #: at most this many rows at a time in the (rows x rows) per-row evaluation
@@ -272,6 +297,12 @@ def potential_row_sq(factor, k, x):
                 G2 = G2 * w[rows].reshape((B,) + (1,) * (G2.ndim - 1))
             out[s] += G2.sum(0)
     return out
+
+
+def _add(total, s, a):
+    """total + s a, with None for a total of 0 so far (and no product for s = 1)."""
+    a = a if s == 1.0 else s * a
+    return a if total is None else total + a
 
 
 def _entropy(prec):
@@ -327,6 +358,9 @@ class Optimizer:
     """A stepped node's state for one run; ``step`` is the hook of ``blr_step``."""
 
     saved = None
+    #: its step refuses a q whose mean or precision is not finite (or the precision not
+    #: positive), so the loop does not check the point mass's moments again each step
+    checks_q = True
     #: the step's objective (:func:`own_objective`): log p(D, theta) at the step's draws
     #: from the forward pass that computed its gradients (+ H[q] for vogn/ivon); None
     #: when a child is not a Potential (or for a class that does not report one)
@@ -352,9 +386,10 @@ class Optimizer:
         to log p(D, theta) averaged over the draws: the values of the forward pass that
         computed the gradients and the log prior (no other pass over the rows)."""
         node = self.node
-        G = self.prior[0](theta) if prior else np.zeros_like(theta)
-        GN = np.zeros_like(theta) if self.per_row else None
-        values = np.zeros(theta.shape[0])   # the likelihood per draw (None: not all Potentials)
+        G = self.prior[0](theta) if prior else None      # None: 0 so far
+        GN = None
+        values = None                  # the likelihood per draw (None: 0 so far)
+        potentials_only = True
         from ..graph.potential import Potential
         from .blr import message_from
         for c in model.children[node]:
@@ -364,11 +399,11 @@ class Optimizer:
                 with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                     v, g = potential_grad(c.factor, k, theta)
                     if self.per_row:
-                        GN = GN + s * potential_row_sq(c.factor, k, theta)
-                G = G + s * g
-                values = None if values is None else values + s * v
+                        GN = _add(GN, s, potential_row_sq(c.factor, k, theta))
+                G = _add(G, s, g)
+                values = _add(values, s, v)
                 continue
-            values = None
+            potentials_only = False
             if self.sampled or self.per_row:
                 raise ValueError(f"fit({self.name!r}) needs the gradients of {c.label()} at draws "
                                  f"of q or per data row; write the likelihood as a "
@@ -383,20 +418,23 @@ class Optimizer:
                     g = msg[0] + 2.0 * np.einsum("...ij,...j->...i", msg[1], m)
                 else:
                     g = msg[0] + 2.0 * msg[1] * m
-                G = G + s * np.asarray(g)[None]
+                G = _add(G, s, np.asarray(g)[None])
+        if G is None:
+            G = np.zeros_like(theta)
         self._check(G, iteration, "gradient")
-        if GN is not None:
+        if self.per_row:
+            GN = np.zeros_like(theta) if GN is None else GN
             self._check(GN, iteration, "Gauss-Newton curvature")
         self.objective = None
-        if values is not None and self.reports_objective and self.prior[2] is not None:
+        if potentials_only and self.reports_objective and self.prior[2] is not None:
             with np.errstate(over="ignore", invalid="ignore"):
-                values = values + self.prior[2](theta)
+                values = self.prior[2](theta) if values is None else values + self.prior[2](theta)
             self._check(values, iteration, "value")
-            self.objective = float(np.mean(values))
+            self.objective = float(values[0] if values.size == 1 else np.mean(values))
         return G, GN
 
     def _check(self, a, iteration, what):
-        if not np.all(np.isfinite(a)):
+        if not np.isfinite(a).all():
             at = f" at iteration {iteration}" if iteration is not None else ""
             raise FloatingPointError(
                 f"fit({self.name!r}): the {what} of log p for {self.node.label()} is not "
@@ -410,6 +448,11 @@ class Optimizer:
         m, prec = self.view.mean_prec()
         new_m, new_prec = self.update(model, m, prec, rho, iteration, scale)
         self._check(new_m, iteration, "step")
+        if not ((new_prec > 0.0).all() and np.isfinite(new_prec).all()):
+            raise FloatingPointError(
+                f"fit({self.name!r}): the step of {node.label()} at iteration {iteration} gives "
+                f"q a precision that is not positive and finite; the step is refused: lower "
+                f"rho (the learning rate), or standardise the inputs")
         self.view.set(new_m, new_prec)
         return node.nat
 
@@ -504,26 +547,33 @@ class IVON(Optimizer):
     def update(self, model, m, prec, rho, iteration, scale):
         hy = self.hyper
         grad_prior, P0 = self.prior[:2]
-        P0 = np.broadcast_to(P0, m.shape)
         ess = hy.get("ess") or self.N
-        delta = P0 / ess
         b1, b2, h0 = hy["beta1"], hy["beta2"], hy["hess_init"]
-        if self.state is None:
-            self.state = {"h": np.full(m.shape, h0), "g": np.zeros_like(m)}
+        if self.state is None or self.state["P0"] is not P0:   # the start, or the prior moved
+            delta = np.broadcast_to(P0, m.shape) / ess
+            if self.state is None:
+                self.state = {"h": np.full(m.shape, h0), "g": np.zeros_like(m)}
+            hd = self.state["h"] + delta
+            self.state.update(P0=P0, delta=delta, h0d=h0 + delta, hd=hd, prec=ess * hd)
         st = self.state
-        sigma = 1.0 / np.sqrt(ess * (st["h"] + delta))
+        delta, hd = st["delta"], st["hd"]              # h + delta
+        sigma = 1.0 / np.sqrt(st["prec"])              # q's precision ess (h + delta)
         eps = self.rng.standard_normal((hy["mc_samples"],) + m.shape)
         theta = m + sigma * eps
         G = self.gradients(model, theta, scale, iteration, prior=False)[0]
         if self.objective is not None:     # + H[q]: an estimate of the ELBO
-            self.objective += _entropy(ess * (st["h"] + delta))
-        ghat = -G / self.N                              # the likelihood's mean loss gradient
-        gbar = ghat.mean(0)
-        hhat = (ghat * eps).mean(0) / sigma
+            self.objective += _entropy(st["prec"])
+        ghat = G / -self.N                             # the likelihood's mean loss gradient
+        if ghat.shape[0] == 1:
+            gbar, hhat = ghat[0], ghat[0] * eps[0] / sigma
+        else:
+            gbar, hhat = ghat.mean(0), (ghat * eps).mean(0) / sigma
         st["g"] = b1 * st["g"] + (1.0 - b1) * gbar
         hh = st["h"]
-        st["h"] = b2 * hh + (1.0 - b2) * hhat + 0.5 * (1.0 - b2) ** 2 * (hh - hhat) ** 2 / (hh + delta)
+        st["h"] = b2 * hh + (1.0 - b2) * hhat + 0.5 * (1.0 - b2) ** 2 * (hh - hhat) ** 2 / hd
         self._check(st["h"], iteration, "Hessian estimate")
-        decay = -grad_prior(m) / ess
-        step = (st["g"] / (1.0 - b1 ** self.t) + decay) / (st["h"] + delta)
-        return m - rho * (h0 + delta) * step, ess * (st["h"] + delta)
+        st["hd"] = hd = st["h"] + delta
+        st["prec"] = ess * hd
+        decay = grad_prior(m) / -ess
+        step = (st["g"] / (1.0 - b1 ** self.t) + decay) / hd
+        return m - rho * st["h0d"] * step, st["prec"]

@@ -1,0 +1,81 @@
+"""The start-of-fit checks of a Potential (graph/potential.py): logp at the prior mean
+(its shape, finiteness), and ``value_and_grad`` against logp and autograd's gradient."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_fit(factor, method="fit"):
+    """Refuse a logp of the wrong shape or not finite at the start (before a sweep),
+    naming the node and the fix."""
+    if factor.node.source is not None:   # streamed: the first rows
+        data, _ = factor.node.read_batch(np.arange(min(16, factor.node.source.shape[0])))
+    else:
+        data, _ = factor.rows()
+    where = f"fit({method!r}): {factor.node.label()}"
+    one = factor._means()
+    try:
+        with np.errstate(all="ignore"):   # a non-finite value is refused below
+            v = np.asarray(factor._call(one, data), dtype=float)
+    except Exception as err:  # noqa: BLE001 -- the user's function
+        raise ValueError(f"{where}: logp failed at the start ({type(err).__name__}: {err}); "
+                         f"logp receives one array per parent (its value's shape)"
+                         + (" then the data arrays" if data else "")) from None
+    want = (len(data[0]),) if data else ()
+    if v.shape != want:
+        what = (f"one log-factor per data row, shape {want}" if data else
+                "one number (pass data=(...) for per-row log-factors)")
+        raise ValueError(f"{where}: logp returned shape {v.shape}; it must return {what}")
+    if not np.all(np.isfinite(v)):
+        bad = np.flatnonzero(~np.isfinite(np.atleast_1d(v)))[:5]
+        at = f" at rows {bad.tolist()}" if data else ""
+        raise ValueError(f"{where}: logp is not finite at the start (the prior mean){at}; "
+                         f"write it in a stable form (logaddexp, log1p) or mask those rows")
+    if factor.node.value_and_grad is not None:
+        check_value_and_grad(factor, one, data, where)
+
+
+def check_value_and_grad(factor, one, data, where):
+    """``value_and_grad`` at the prior mean against logp's weighted row sum and
+    autograd's gradient of it (when autograd can differentiate logp), and, when logp
+    takes a leading axis of draws, against itself on two stacked draws."""
+    import autograd.numpy as anp
+    from autograd import make_vjp
+    _, w = factor.rows() if factor.node.source is None else (None, None)
+    fix = ("value_and_grad(*values, *data, weights) must return (the weighted sum over "
+           "the rows of logp, [its gradient in each value]) (docs/api.md)")
+    try:
+        with np.errstate(all="ignore"):
+            total, grads = factor.user_value_and_grad(one, data, w)
+    except Exception as err:  # noqa: BLE001 -- the user's function
+        raise ValueError(f"{where}: value_and_grad failed at the start ({type(err).__name__}: "
+                         f"{err}); {fix}") from None
+    shapes = [x.shape for x in one]
+    if total.shape != () or [g.shape for g in grads] != shapes:
+        raise ValueError(f"{where}: value_and_grad returned a total of shape {total.shape} "
+                         f"and gradients of shapes {[g.shape for g in grads]}; want () and "
+                         f"{shapes}: {fix}")
+    try:
+        vjp, v = make_vjp(lambda a: factor._totals(list(a), data, w, anp))(tuple(one))
+        auto = [np.asarray(g, dtype=float) for g in vjp(1.0)]
+    except Exception:  # noqa: BLE001 -- logp not differentiable by autograd: value checked
+        v, auto = factor._totals(one, data, w, anp), None
+    v = float(v)
+    if not np.isclose(float(total), v, rtol=1e-8, atol=1e-8):
+        raise ValueError(f"{where}: value_and_grad's total {float(total)!r} differs from the "
+                         f"weighted row sum of logp {v!r} at the prior mean; {fix}")
+    for p, g, a in zip(factor.parents, grads, auto or []):
+        tol = 1e-6 * max(1.0, float(np.max(np.abs(a), initial=0.0)))
+        if not np.all(np.abs(g - a) <= tol):
+            raise ValueError(f"{where}: value_and_grad's gradient in {p.name} differs from "
+                             f"autograd's gradient of logp at the prior mean by up to "
+                             f"{float(np.max(np.abs(g - a))):.3g}; {fix}")
+    if factor._batched([x[None] for x in one], data):
+        two = [np.stack([x, x]) for x in one]
+        with np.errstate(all="ignore"):
+            total2, grads2 = factor.user_value_and_grad(two, data, w)
+        if total2.shape != (2,) or [g.shape for g in grads2] != [x.shape for x in two]:
+            raise ValueError(f"{where}: logp takes a leading axis of draws but "
+                             f"value_and_grad returned shapes {total2.shape} and "
+                             f"{[g.shape for g in grads2]} for 2 draws; it must take the "
+                             f"same axis (or pass vectorized=False)")
