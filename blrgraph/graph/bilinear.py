@@ -64,7 +64,9 @@ class Bilinear:
     def cells(self, c):
         """A cell array (broadcastable to the product's plates) as the (n_1, n_2) matrix."""
         i, j = self.order
-        return np.broadcast_to(c, self.full).reshape(self.sizes[i], self.sizes[j])
+        if type(c) is not np.ndarray or c.shape != self.full:
+            c = np.broadcast_to(c, self.full)
+        return c.reshape(self.sizes[i], self.sizes[j])
 
     def stats(self, dot, i):
         """(E[V_i] as (n_i, K), S_i = sum_n E[v_n v_n^T]) of operand i, once per q."""
