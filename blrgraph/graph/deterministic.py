@@ -180,8 +180,8 @@ class Dot(Deterministic):
         if self.X is not None:
             return None
         plan = _plan(self, coef)
-        if plan is not None and not any(n > 1 for n in target_plates) and \
-                broadcast_plates(self.plates, plates) == tuple(self.plates):
+        same = tuple(plates) == self.plates or broadcast_plates(self.plates, plates) == self.plates
+        if plan is not None and same and not any(n > 1 for n in target_plates):
             s1, s2 = plan.sums(self, y, second)   # one number c for every cell: c x the sums
             c = 1.0 if coef is None else float(coef)
             shape = tuple(target_plates)

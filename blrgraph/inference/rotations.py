@@ -131,7 +131,8 @@ class Rotation:
         if plan is None:
             return self.x.second_moment(), self.w.second_moment()
         ops = self.dot.operands
-        return tuple(plan.stats(self.dot, 0 if s.node is ops[0] else 1)[1] for s in (self.x, self.w))
+        return tuple(plan.stats(self.dot, 0 if s.node is ops[0] else 1)[1]
+                     for s in (self.x, self.w))
 
     def cost(self, R, stats, base=None):
         """(f(R), df/dR): the ELBO's change when q is rotated by R (ARD precisions at their
