@@ -474,6 +474,22 @@ def test_the_driver_takes_the_one_step_with_its_checks(monkeypatch):
             poisson_mixture(da.from_array(X, chunks=50)).fit("vmp", init=R, max_iter=3)
 
 
+def test_a_per_row_latent_with_a_scalar_prior_on_dask_data_equals_in_memory(client):
+    """x_n ~ N(0, 1), y_n ~ N(x_n, 1/tau) with y on dask: the rows' shift is not one per
+    row (that would be the rows themselves, held by the client), and the fit equals the
+    fit in memory (it was a bare "operands could not be broadcast (400,) (100,)")."""
+    rng = np.random.default_rng(0)
+    yv = rng.normal(size=400) * 3 + 1.0
+    out = []
+    for data in (yv, da.from_array(yv, chunks=100)):
+        x = bg.Normal(0.0, 1.0, plates=(400,), name="x")
+        model = bg.Model(bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y").observe(data))
+        fit = model.fit("vmp", max_iter=10, tol=0)
+        out.append((np.array(fit.elbo_trace), model["tau"].posterior.mean))
+    assert np.allclose(out[1][0], out[0][0], rtol=1e-10, atol=0)
+    assert out[1][1] == pytest.approx(out[0][1], rel=1e-10)
+
+
 def test_a_prior_mean_per_row_on_dask_data_is_refused_naming_the_node(client):
     """One prior mean per row on dask data: refused before any task runs, naming the node
     and the fix (the workers' copies gave an ELBO 2% off the fit in memory)."""

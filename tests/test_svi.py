@@ -197,6 +197,24 @@ def test_svi_with_point_mass_assignments_gives_hard_assignments():
     assert labels[:60].mean() != labels[60:].mean()  # the two clusters get different labels
 
 
+def test_a_per_row_latent_with_a_scalar_prior_is_cut_with_the_minibatch():
+    """x_n ~ N(0, 1): the scalar prior mean publishes T(0 - c_n) with the per-row shift
+    of x's location group; minibatches cut it (it was a bare numpy broadcasting error)
+    and SVI reaches the VMP optimum of tau."""
+    rng = np.random.default_rng(0)
+    N = 400
+    yv = rng.normal(size=N) * 3 + 1.0
+
+    def build():
+        x = bg.Normal(0.0, 1.0, plates=(N,), name="x")
+        return bg.Model(bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y").observe(yv))
+    exact = build()
+    exact.fit("vmp", tol=1e-12)
+    model = build()
+    model.fit("svi", batch_size=50, max_steps=3000, seed=0)
+    assert model["tau"].posterior.mean == pytest.approx(exact["tau"].posterior.mean, rel=5e-3)
+
+
 def test_a_prior_mean_per_row_is_cut_with_the_minibatch():
     """x_n ~ N(c_n, 1/p_n) with a constant per row (and the per-row location shift it
     gives y): minibatches cut c, p and the shift with the rows (it was a bare numpy

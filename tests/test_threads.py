@@ -203,6 +203,23 @@ def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path
     np.testing.assert_allclose(b["nat/z/0"], a["nat/z/0"], rtol=1e-10, atol=1e-9)
 
 
+def test_a_per_row_latent_with_a_scalar_prior_is_cut_with_the_partitions():
+    """x_n ~ N(0, 1), y_n ~ N(x_n, 1/tau): x's location group has one shift per row, so
+    the scalar prior mean publishes T(0 - c_n) per row, cut with each partition's rows
+    (it was a bare numpy broadcasting error): n_jobs=2 equals n_jobs=1."""
+    rng = np.random.default_rng(1)
+    N = 24000
+    yv = rng.normal(size=N) * 3 + 1.0
+    out = []
+    for jobs in (1, 2):
+        x = bg.Normal(0.0, 1.0, plates=(N,), name="x")
+        model = bg.Model(bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y").observe(yv))
+        fit = model.fit("vmp", n_jobs=jobs, max_iter=10, tol=0, seed=0)
+        out.append((np.array(fit.elbo_trace), model["x"].posterior.mean))
+    assert np.allclose(out[0][0], out[1][0], rtol=1e-12, atol=0)
+    assert np.allclose(out[0][1], out[1][1], rtol=1e-12, atol=1e-12)
+
+
 def test_a_prior_mean_per_row_is_cut_with_the_partitions():
     """A constant per row (prior mean and precision of x_n) is cut with each partition's
     rows, as is the location shift it gives y: n_jobs=2 equals n_jobs=1 (it was a bare

@@ -160,10 +160,13 @@ class Constant(Node):
         return self._moments
 
     def restrict(self, rows, cut, source_rows=None):
-        """One value per row (a prior mean per data point): the rows' values."""
-        state = super().restrict(rows, cut)
-        state.update(value=self.value, _moments=self._moments)
-        self.value = cut(self.value, rows)
+        """One value per row (a prior mean per data point): the rows' values. A constant
+        without plates whose T(value - c) is per row (its location shift c is) keeps its
+        value and plates; its moments are cut."""
+        state = {"plates": self.plates, "value": self.value, "_moments": self._moments}
+        if self.plates:
+            state.update(super().restrict(rows, cut))
+            self.value = cut(self.value, rows)
         self._moments = tuple(cut(m, rows) for m in self._moments)
         return state
 

@@ -302,6 +302,8 @@ def _group_shift(members, edges, pinned, consts):
     if data and not pinned:
         anchor = max(data, key=lambda n: (_data_size(n), -n.id))
         flag, k = _k_axes(members, edges, anchor, consts)
+        if _dask(anchor):   # c per row would be the rows themselves, held by the client
+            k = min(k, len(anchor.plates) - 1)
         c = _data_shift(anchor, k)
     elif not pinned and len(members) == 1 and \
             isinstance(members[0].factor, FixedPrior):

@@ -46,12 +46,15 @@ class Structure:
             self.root = root
         self.N = root.plates[0] if root is not None else 0
         self.order = [n for n in model.nodes if n in self.links]
-        # constants with one value per row (a prior mean per data point) are cut with
-        # the node they feed: {constant: the linked node whose rows they follow}
+        # constants with one value per row (a prior mean per data point), or whose
+        # T(value - c) is per row because their location group's shift c is (one per
+        # sequence of a chain, one per row of a per-row latent), are cut with the node
+        # they feed: {constant: the linked node whose rows they follow}
         self.constants = {}
         for n in self.order:
             for p in n.parents:
-                if isinstance(p, Constant) and p not in self.constants and _on_first_axis(n, p):
+                if isinstance(p, Constant) and p not in self.constants and (
+                        _on_first_axis(n, p) or _rows_in_moments(n, p)):
                     self.constants[p] = n
         on_axis = set(self.links) if explicit else self._all_axes(model, self.links)
         self.on_axis = on_axis   # every node on a data axis (deterministic ones too)
@@ -160,6 +163,15 @@ def _on_first_axis(X, nb):
     else:
         a, b = nb.aligned_plates(X), tuple(nb.plates)
     return bool(a) and len(a) == len(b) and a[0] == b[0] and a[0] != 1
+
+
+def _rows_in_moments(X, const):
+    """Do the moments ``const`` publishes carry ``X``'s first plate axis (a constant
+    without plates whose location shift is per row)?"""
+    m = const.moments()[0]
+    batch = np.shape(m)[:np.ndim(m) - const.provides.event_ndims[0]]
+    plates = tuple(X.plates)
+    return bool(plates) and len(batch) == len(plates) and batch[0] == plates[0] != 1
 
 
 def _is_assignment(model, n):
