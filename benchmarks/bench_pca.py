@@ -33,6 +33,12 @@ the process CPU time (``time.process_time``) beside it, less disturbed by other 
 shared machine when BLAS runs one thread.
 
     PYTHONPATH=. python benchmarks/bench_pca.py [--quick] [--sweeps 30] [--rot-sweeps 225] [--json pca.json]
+    PYTHONPATH=. python benchmarks/bench_pca.py --split --blas-threads 1 [--sweeps 30]
+
+``--split`` prints only where blrgraph's sweep spends its CPU time: the VMP updates (the
+global steps and the local block), the ELBO, and the rotation between sweeps, for BayesPy's
+speed-table sizes (500 x 20, K = 10, with and without rotation; 2000 x 100, K = 40) and
+the rotation table's 2000 x 50, K = 10.
 
 Needs bayespy (``pip install bayespy``).
 """
@@ -162,6 +168,67 @@ def rotation_table(args):
     return {"N": N, "M": M, "K": K, "sweeps": S, "target": float(target), "runs": out}
 
 
+def split_table(sizes, sweeps, seed):
+    """Where a blrgraph sweep's CPU time goes (the ``--split`` table): the VMP updates
+    (the global steps and the local block), the ELBO, and the rotation between sweeps,
+    per sweep (process CPU time, totals over ``sweeps`` sweeps after one warm-up sweep).
+    Each phase is timed by wrapping the loop's own methods for the run."""
+    from blrgraph.inference import local, loop
+    spent = {}
+
+    def timed(obj, name, tag):
+        f = getattr(obj, name)
+
+        def g(*a, **k):
+            t = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[tag] = spent.get(tag, 0.0) + time.process_time() - t
+        setattr(obj, name, g)
+        return f
+    saved = [(loop.Run, "update_globals", timed(loop.Run, "update_globals", "updates")),
+             (local.LocalBlock, "fit", timed(local.LocalBlock, "fit", "updates")),
+             (loop.Run, "elbo", timed(loop.Run, "elbo", "ELBO"))]
+    orig = loop.Run._run
+
+    def run(self):   # the rotation steps, read from the plan when the run starts
+        self.plan.between_sweeps = tuple(_timed_step(f, spent) for f in self.plan.between_sweeps)
+        return orig(self)
+    loop.Run._run = run
+    rows = []
+    try:
+        for M, N, K, rotate in sizes:
+            Y = make_data(M, N, min(K, 5), 0.5, seed)
+            m0, w0 = start_means(M, N, K, seed)
+            run_blrgraph(Y, K, m0, w0, 3, rotate=rotate)          # warm-up (imports, plans)
+            spent.clear()
+            c0 = time.process_time()
+            run_blrgraph(Y, K, m0, w0, sweeps, rotate=rotate)
+            total = time.process_time() - c0
+            parts = [spent.get(k, 0.0) / sweeps for k in ("updates", "ELBO", "rotation")]
+            rows.append([f"{N} x {M}, K = {K}", "on" if rotate else "off",
+                         *(C.fmt_t(v) for v in parts), C.fmt_t(total / sweeps)])
+    finally:
+        loop.Run._run = orig
+        for obj, name, f in saved:
+            setattr(obj, name, f)
+    print(f"\nWhere a sweep's CPU time goes ({sweeps} sweeps, one BLAS thread unless "
+          f"--blas-threads says otherwise; load {C.loadavg()})\n")
+    print(C.md_table(["data (N x M), K", "rotation", "VMP updates / sweep", "ELBO / sweep",
+                      "rotation / sweep", "whole fit / sweep"], rows))
+
+
+def _timed_step(f, spent):
+    def g(model):
+        t = time.process_time()
+        try:
+            return f(model)
+        finally:
+            spent["rotation"] = spent.get("rotation", 0.0) + time.process_time() - t
+    return g
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1000 x 20, K = 5")
@@ -173,8 +240,16 @@ def main(argv=None):
     ap.add_argument("--rot-n", type=int, default=2000)
     ap.add_argument("--rot-m", type=int, default=50)
     ap.add_argument("--rot-k", type=int, default=10)
+    ap.add_argument("--split", action="store_true",
+                    help="only the table of where a sweep's time goes (updates, ELBO, rotation)")
     args = ap.parse_args(argv)
     limit = C.limit_blas(args.blas_threads)
+    if args.split:
+        split_table([(20, 500, 10, False), (20, 500, 10, True), (50, 2000, 10, True),
+                     (100, 2000, 40, False)], args.sweeps, args.seed)
+        print(f"\ncommand: {C.command_line()}")
+        del limit
+        return
     N, M, K, rank = (1000, 20, 5, 3) if args.quick else (10_000, 50, 10, 5)
     Y = make_data(M, N, rank, 0.5, args.seed)
     m0, w0 = start_means(M, N, K, args.seed)

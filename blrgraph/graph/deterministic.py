@@ -14,6 +14,7 @@ import numpy as np
 from ..families.multivariate_normal import MultivariateNormal as MVNFamily
 from ..families.normal import Normal as NormalFamily
 from .base import Constant, Deterministic, Gather, Node, _stochastic_sources  # noqa: F401 (Gather)
+from .bilinear import plan_of
 from .data import numpy_of
 from .gate import Gate  # noqa: F401 (read from here too)
 from .plates import broadcast_plates, wsum
@@ -178,6 +179,14 @@ class Dot(Deterministic):
         sums are the noise precision's next message)."""
         if self.X is not None:
             return None
+        plan = _plan(self, coef)
+        same = tuple(plates) == self.plates or broadcast_plates(self.plates, plates) == self.plates
+        if plan is not None and same and not any(n > 1 for n in target_plates):
+            s1, s2 = plan.sums(self, y, second)   # one number c for every cell: c x the sums
+            c = 1.0 if coef is None else float(coef)
+            shape = tuple(target_plates)
+            return (None if s1 is None else np.full(shape, c * s1),
+                    None if s2 is None else np.full(shape, c * s2))
         key = (tuple(_operand_state(p) for p in self.operands), coef, y,
                tuple(target_plates), tuple(plates), second)
         memo = _SUMS_MEMO.get(self)
@@ -200,6 +209,9 @@ class Dot(Deterministic):
                 c1 = np.asarray(c1, dtype=float) + 2.0 * np.asarray(c2, dtype=float) * self._offset()
             return (wsum(c1, self.X, subs=("A",), out="A", **kw),
                     wsum(c2, self.X, self.X, subs=("A", "B"), out="AB", **kw))
+        plan = _plan(self, c2)
+        if plan is not None:   # one c2 for every cell: matrix products (graph/bilinear.py)
+            return plan.message(self, c1, float(c2), 0 if parent is self.operands[0] else 1)
         other = self.operands[1] if parent is self.operands[0] else self.operands[0]
         m, terms = _second_terms(other, _factorises(c2, other.plates))
         return (wsum(c1, m, subs=("A",), out="A", **kw),
@@ -262,6 +274,14 @@ def _same_sums_key(a, b):
     (sa, ca, ya, ta, pa, qa), (sb, cb, yb, tb, pb, qb) = a, b
     return ca is cb and ya is yb and ta == tb and pa == pb and qa == qb and \
         all(x[0] is y[0] and x[1] == y[1] for x, y in zip(sa, sb))
+
+
+def _plan(dot, c):
+    """The matrix plan of a product of two vector operands (graph/bilinear.py) when the
+    coefficient ``c`` of E[a^2] is one number for every cell, else None."""
+    if c is not None and np.ndim(c) != 0:
+        return None
+    return plan_of(dot)
 
 
 def _shift(node):

@@ -61,9 +61,10 @@ class Plan:
     updates: dict = None              # {node: "mean"} for gradient steps (Method.update)
     warm_start: bool = True           # SVI's first full step and warmup (Method.warm_start)
     delta: tuple = ()                 # point masses from the start (Method.points "nonconjugate")
-    between_sweeps: tuple = ()        # steps before every sweep but the first (model -> the
-                                      # ELBO's change, >= 0), so each reported state is a
-                                      # sweep's: rotations of Dot(W, x) (rotations.py)
+    between_sweeps: tuple = ()        # steps before every sweep but the first (model -> a
+                                      # lower bound on the ELBO's change, >= 0), so each
+                                      # reported state is a sweep's: rotations of Dot(W, x)
+                                      # (rotations.py)
     trace: list = field(default_factory=list)
 
 

@@ -37,8 +37,13 @@ entries or counts on the operands, no point masses, every row in memory.
 """
 from __future__ import annotations
 
-import numpy as np
+import functools
+import math
 
+import numpy as np
+from scipy.linalg.lapack import dgetrf as _getrf, dgetri as _getri, dtrtrs as _trtrs
+
+from ..graph.bilinear import plan_of
 from ..graph.node import Constant
 from .blr import blr_step
 
@@ -54,6 +59,7 @@ class _Side:
     def __init__(self, node, inverse, kind, L=None, alpha=None):
         self.node, self.inverse, self.kind = node, inverse, kind
         self.L, self.alpha = L, alpha
+        self.identity = L is not None and np.array_equal(L, np.eye(len(L)))
         self.n = int(np.prod(node.plates, dtype=int))
         self.K = np.shape(node.nat[0])[-1]
         if alpha is not None:
@@ -78,11 +84,11 @@ class _Side:
         """(g(T), dg/dT) of the docstring's table (without the entropy)."""
         TS = T @ S
         if self.kind == "fixed":
-            LT = self.L @ TS
-            return -0.5 * float(np.sum(LT * T)), -LT
+            LT = TS if self.identity else self.L @ TS
+            return -0.5 * float((LT * T).sum()), -LT
         if self.kind == "ard":
-            b = self.b0 + 0.5 * np.einsum("kl,kl->k", TS, T)
-            return -float(np.sum(self.a * np.log(b))), -(self.a / b)[:, None] * TS
+            b = self.b0 + 0.5 * (TS * T).sum(1)
+            return -float(self.a @ np.log(b)), -(self.a / b)[:, None] * TS
         a = float(np.reshape(self.a, -1)[0])
         b = float(np.reshape(self.b0, -1)[0]) + 0.5 * float(np.sum(TS * T))
         return -a * np.log(b), -(a / b) * TS
@@ -118,24 +124,36 @@ class Rotation:
         return [s.alpha for s in (self.x, self.w) if s.alpha is not None]
 
     def stats(self):
-        return self.x.second_moment(), self.w.second_moment()
+        """(S_x, S_w): the Dot's own sums of E[v v^T] over each operand's entries when it has
+        a matrix plan (graph/bilinear.py: computed once per q, the sweep's last ELBO read
+        them), else computed here."""
+        plan = plan_of(self.dot)
+        if plan is None:
+            return self.x.second_moment(), self.w.second_moment()
+        ops = self.dot.operands
+        return tuple(plan.stats(self.dot, 0 if s.node is ops[0] else 1)[1]
+                     for s in (self.x, self.w))
 
     def cost(self, R, stats, base=None):
         """(f(R), df/dR): the ELBO's change when q is rotated by R (ARD precisions at their
         optimum before and after; f(I) = 0). ``base``: the prior terms at R = I, if known."""
         Sx, Sw = stats
-        sign, logdet = np.linalg.slogdet(R)
-        if sign == 0 or not np.isfinite(logdet):
+        lu, piv, info = _getrf(R)     # one LU factorisation: log|det R| and R^{-1}
+        if info != 0:                 # (an exactly zero pivot: R is singular)
             return -np.inf, np.zeros_like(R)
-        Rinv = np.linalg.inv(R)
+        logdet = float(np.log(np.abs(lu.diagonal())).sum())
+        Rinv, info = _getri(lu, piv)
+        if info != 0 or not math.isfinite(logdet):
+            return -np.inf, np.zeros_like(R)
         if base is None:
             base = self.base(stats)
+        RiT = Rinv.T
         gx, Gx = self.x.prior(R, Sx)
-        gw, Gw = self.w.prior(Rinv.T, Sw)
+        gw, Gw = self.w.prior(RiT, Sw)
         n = self.x.n - self.w.n
         f = n * logdet + (gx + gw - base)
         # d/dR of g(R^{-T}) with G = dg/dT: -R^{-T} G^T R^{-T}
-        grad = n * Rinv.T + Gx - Rinv.T @ Gw.T @ Rinv.T
+        grad = n * RiT + Gx - RiT @ (Gw.T @ RiT)
         return f, grad
 
     def base(self, stats):
@@ -170,52 +188,55 @@ class Rotation:
             return np.eye(K), 0.0
         return R, f
 
-    def step(self, model):
+    def step(self, model, gain=True):
         """Update the ARD precisions, rotate by the optimal R, update them again; returns
-        the ELBO's change."""
-        gain = 0.0
+        the ELBO's change (``gain=False``, as the loop runs it: the rotation's part f only,
+        without evaluating the ELBO terms the precisions' first update changes)."""
+        total = 0.0
         for alpha in self.alphas:    # the closed-form update at R = I (its ELBO gain)
+            if not gain:
+                blr_step(model, alpha, 1.0)
+                continue
             child = self.x.node if self.x.alpha is alpha else self.w.node
             before = alpha.elbo_term() + child.elbo_term()
             blr_step(model, alpha, 1.0)
-            gain += alpha.elbo_term() + child.elbo_term() - before
+            total += alpha.elbo_term() + child.elbo_term() - before
         R, f = self.optimise(self.stats())
         if f > 0.0:
             self.x.apply(np.linalg.inv(R))
             self.w.apply(R.T)
             for alpha in self.alphas:
                 blr_step(model, alpha, 1.0)
-        return gain + f
+        return total + f
 
 
 def lbfgs(fun, x, maxiter, memory=10, scale=1.0):
-    """Minimise ``fun`` (x -> (value, gradient)) from ``x`` by L-BFGS (two-loop recursion,
-    backtracking line search on the Armijo condition; a non-finite value is a failed
-    trial); at most ``maxiter`` iterations. It stops early when the decrease the step
-    predicts is below the rounding of values of size ``scale`` (the cost is a difference
-    of terms that large). Returns the last accepted point."""
+    """Minimise ``fun`` (x -> (value, gradient)) from ``x`` by L-BFGS (backtracking line
+    search on the Armijo condition; a non-finite value is a failed trial); at most
+    ``maxiter`` iterations. It stops early when the decrease the step predicts is below the
+    rounding of values of size ``scale`` (the cost is a difference of terms that large).
+    Returns the last accepted point.
+
+    The direction -H g is that of the two-loop recursion (H_0 = gamma I, gamma = s^T y /
+    y^T y of the last pair) in its compact form (Byrd, Nocedal & Schnabel 1994, eq. 3.2):
+    with the pairs as rows of S and Y, A = S Y^T, its upper triangle U and diagonal D,
+
+        H g = gamma g + S^T p + gamma Y^T q,   q = -U^{-1} (S g),
+        p = U^{-T} ((D + gamma Y Y^T) U^{-1} (S g) - gamma Y g),
+
+    a few small matrix products per iteration instead of 4 m vector operations."""
     f, g = fun(x)
     if not np.isfinite(f):
         return x
-    hist = []
+    S, Y = [], []     # the last ``memory`` pairs (s, y) with s^T y > 0
     for it in range(maxiter):
-        q = g.copy()
-        coef = []
-        for s, y, r in reversed(hist):
-            a = r * (s @ q)
-            q -= a * y
-            coef.append(a)
-        if hist:
-            s, y, _ = hist[-1]
-            q *= (s @ y) / (y @ y)
+        if S:
+            d = -_hg(np.array(S), np.array(Y), g)
         else:
-            q *= 0.1 / max(np.linalg.norm(g), 1e-300)   # a first step of length 0.1
-        for (s, y, r), a in zip(hist, reversed(coef)):
-            q += s * (a - r * (y @ q))
-        d = -q
+            d = -g * (0.1 / max(np.linalg.norm(g), 1e-300))   # a first step of length 0.1
         slope = g @ d
         if not slope < 0.0:
-            hist.clear()
+            S, Y = [], []
             d = -g * (0.1 / max(np.linalg.norm(g), 1e-300))
             slope = g @ d
         if -slope <= 1e-13 * scale:
@@ -232,11 +253,29 @@ def lbfgs(fun, x, maxiter, memory=10, scale=1.0):
         s, y = xn - x, gn - g
         sy = s @ y
         if sy > 1e-12 * np.sqrt((s @ s) * (y @ y)):
-            hist.append((s, y, 1.0 / sy))
-            if len(hist) > memory:
-                hist.pop(0)
+            S.append(s)
+            Y.append(y)
+            if len(S) > memory:
+                del S[0], Y[0]
         x, f, g = xn, fn, gn
     return x
+
+
+def _hg(S, Y, g):
+    """The L-BFGS product H g of the pairs (rows of S, Y) in compact form (:func:`lbfgs`)."""
+    s, y = S[-1], Y[-1]
+    gamma = (s @ y) / (y @ y)
+    A = S @ Y.T                                           # (its upper triangle is U)
+    u = _trsv(A, S @ g)                                   # U^{-1} S g
+    r = A.diagonal() * u + gamma * (Y @ (Y.T @ u) - Y @ g)
+    p = _trsv(A, r, trans=1)                              # U^{-T} (...)
+    return gamma * g + p @ S - gamma * (u @ Y)
+
+
+def _trsv(U, b, trans=0):
+    """U^{-1} b (trans=1: U^{-T} b) for U the upper triangle of ``U`` (LAPACK's trtrs reads
+    nothing below the diagonal)."""
+    return _trtrs(U, b, lower=0, trans=trans)[0]
 
 
 def _zero_mean(node):
@@ -308,4 +347,4 @@ def plan_rotations(model, method, opts, points, on_dask):
     if opts.rotate is False or method.stochastic or method.one_pass or on_dask or points or \
             method.update != "natural":
         return ()
-    return tuple(r.step for r in find_rotations(model))
+    return tuple(functools.partial(r.step, gain=False) for r in find_rotations(model))

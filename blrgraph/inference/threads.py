@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..graph.plates import add_compact
 from .batches import Rows
 from .blr import blr_step, message_from
 from .partitions import _below
@@ -320,7 +321,9 @@ def _add(a, b):
         return b
     if b is None:
         return a
-    return tuple(np.add(x, y) for x, y in zip(a, b))
+    # at the compact shapes: the partitions' messages of one value for every entry (the
+    # scores' shared precision in PCA, a broadcast view) stay one value (plates.add_compact)
+    return tuple(add_compact(x, y) for x, y in zip(a, b))
 
 
 def _dense(n):
