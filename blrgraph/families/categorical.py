@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
-from scipy.special import entr, log_softmax, logsumexp, rel_entr, softmax
+from scipy.special import entr, log_softmax, rel_entr, softmax
 
 from .base import ExponentialFamily
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
@@ -152,7 +152,7 @@ class Categorical(ExponentialFamily):
         return ((x[..., None] == np.arange(K)).astype(float),)
 
     def log_partition(self, nat):
-        return logsumexp(self._eta(nat), axis=-1)
+        return self._lse_and_p(nat)[0]   # (the softmax's, kept with the moments)
 
     def mean_params(self, nat):
         return (self._p(nat),)

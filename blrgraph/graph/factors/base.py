@@ -41,6 +41,10 @@ class Conditional:
     """Base class of conditional factors."""
 
     conjugate = True  # non-conjugate factors (NCVMP) set this False
+    #: E[log p(x | parents)] = <E eta, E T(x)> - E[A] + E log h(x) in the node's own family
+    #: (T, h), so a latent node's ELBO term is <lam0 - lam, E T> + A(lam) - E[A]
+    #: (inference/compiled.py); the factors that are so say True
+    closed_form_elbo = False
     #: entries of the node are independent given its parents, so an entry without observed
     #: descendants integrates out on its own (Stochastic.observed_entries); False for a
     #: factor that couples its entries (a Gaussian Markov chain's time steps)

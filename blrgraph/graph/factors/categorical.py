@@ -61,6 +61,8 @@ def scatter_last(weights, labels, K, target, full=()):
 class CategoricalFactor(Conditional):
     """z ~ Categorical(p): lam = E[log p] (overcomplete log-potentials), A = 0."""
 
+    closed_form_elbo = True
+
     _onehot = _transposed = None   # memos: the labels one-hot, the last log table transposed
 
     def n_categories(self):

@@ -216,6 +216,8 @@ class MultivariateNormalFactor(Conditional):
     """x ~ N(mean, inv(precision)); slots mean (MVN moments (m, m m^T)),
     precision (Wishart moments (Lambda, log|Lambda|))."""
 
+    closed_form_elbo = True
+
     def prior_natural(self, u):
         (m1, _), (L, _) = u
         return (np.einsum("...ij,...j->...i", L, m1), -0.5 * L)

@@ -1,0 +1,207 @@
+"""A sweep resolved once per fit (issue 26, "no per-sweep overhead").
+
+The loop's generic sweep asks, at every step of every node, which children send it
+messages, through which slots, with which weights (masks, counts, entries that integrate
+out), and how each node's ELBO term is assembled. For a batch fit with every row in memory,
+rho = 1 and no weights, those answers are the same in every sweep: :func:`compile_sweep`
+resolves them once (a :class:`Route` per child and slot, the fixed data a factor reads,
+the prior natural parameters of a node whose parents are fixed) and :class:`CompiledSweep`
+replays them, calling the factors' own ``message`` and the one step
+:func:`~.blr.blr_update`; the iterates are the generic sweep's (tests/test_compiled.py).
+
+The ELBO term of a latent node whose factor declares ``closed_form_elbo`` (its expected
+log-likelihood is <E eta, E T(x)> - E[A] + E log h(x) in the node's own family) is taken
+in one expression from what the sweep already has (docs/math.md §3.1):
+
+    E[log p(x | parents)] + H[q] = <lam0 - lam, E T(x)> + A(lam) - E[A0],
+
+E log h cancelling; A(lam) is read from the family's factorisation of q (Cholesky and
+log-determinants shared with the moments). Other nodes use their ``elbo_term``.
+
+Anything the compiled sweep does not cover (minibatches, rows in threads or on Dask,
+damping or backtracking, point masses, gradient or optimizer steps, masks, counts,
+partly observed vectors, deterministic nodes, factored assignments, a local block that
+iterates) runs the generic sweep: :func:`compile_sweep` returns None.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph.base import ChildData, _LazyMoments
+from .blr import blr_update, target_from, target_terms
+from .views import WholeData
+
+#: False: every fit runs the generic sweep (the compiled one's reference in the tests)
+ENABLED = True
+
+
+class Route:
+    """The messages of one child to one parent: the child's factor, the slots the parent
+    fills, and the child as the factor sees it (fixed for observed data)."""
+
+    __slots__ = ("child", "factor", "slots", "x", "target")
+
+    def __init__(self, child, parent):
+        self.child = child
+        self.factor = child.factor
+        self.slots = tuple(i for i, p in enumerate(child.factor.parents) if p is parent)
+        self.target = parent.plates
+        self.x = child.child_data() if child.observed else None
+
+    def message(self):
+        f, child = self.factor, self.child
+        x = self.x
+        if x is None:   # a latent child: its moments, read when the factor asks
+            x = ChildData(None, None, child.plates, child.family.value_ndim,
+                          make_moments=child.moments)
+        u = _LazyMoments(f.parents)
+        total = None
+        for i in self.slots:
+            m = f.message(i, x, u, None, self.target)
+            total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        return total
+
+
+class NodeStep:
+    """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1)."""
+
+    __slots__ = ("node", "routes")
+
+    def __init__(self, node, routes):
+        self.node, self.routes = node, routes
+
+    def step(self, it):
+        total = None
+        for r in self.routes:
+            m = r.message()
+            if m is not None:
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        node = self.node
+        node.set_natural(blr_update(node, node.nat, target_from(node, total), 1.0, it))
+
+
+class ClosedTerm:
+    """A latent node's ELBO term as <lam0 - lam, E T> + A(lam) - E[A0] (module docstring);
+    E[A0] summed over the entries once when the parents are fixed (constants, data)."""
+
+    __slots__ = ("node", "fixed")
+
+    def __init__(self, node):
+        self.node = node
+        self.fixed = self._ea0() if all(p.observed or not (p.stochastic or p.deterministic)
+                                        for p in node.factor.parents) else None
+
+    def _ea0(self):
+        n = self.node
+        f = n.factor
+        ea0 = f.expected_log_partition([p.moments() for p in f.parents])
+        if type(ea0) is float:
+            return ea0 * math.prod(n.plates)
+        return float(np.broadcast_to(ea0, n.plates).sum())
+
+    def __call__(self):
+        n = self.node
+        lam, u, lam0 = n.nat, n.moments(), n.prior_natural()
+        total = float(n.family.log_partition(lam).sum())
+        for a0, a, m in zip(lam0, lam, u):
+            total += float(((a0 - a) * m).sum())
+        return total - (self._ea0() if self.fixed is None else self.fixed)
+
+
+class ObservedTerm:
+    """An observed node's ELBO term, E[log p(data | parents)], its data fixed."""
+
+    __slots__ = ("factor", "x")
+
+    def __init__(self, node):
+        self.factor = node.factor
+        self.x = node.child_data()
+
+    def __call__(self):
+        f = self.factor
+        return f.weighted_loglik(self.x, _LazyMoments(f.parents), None)
+
+
+class CompiledSweep:
+    """The sweep of :func:`compile_sweep`: the globals' steps in schedule order, the
+    local nodes' single steps, then the ELBO (the generic sweep's order)."""
+
+    def __init__(self, model, steps, local_steps, terms):
+        self.model = model
+        self.steps = steps
+        self.local_steps = local_steps
+        self.terms = terms
+
+    def sweep(self, it):
+        for s in self.steps:
+            s.step(it)
+        for s in self.local_steps:
+            s.step(it)
+        return self.elbo()
+
+    def elbo(self):
+        total = 0.0
+        for t in self.terms:
+            total += t()
+        if not math.isfinite(total):   # the generic assembly names the node and the fix
+            from .elbo import elbo
+            return elbo(self.model)
+        return total
+
+
+def compile_sweep(run, view):
+    """A :class:`CompiledSweep` for this run's sweeps, or None when the generic sweep is
+    needed (module docstring)."""
+    plan, model = run.plan, run.model
+    block = plan.block
+    if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic or run.backtrack.active
+            or any(u != "natural" for u in run.updates.values()) or plan.points or plan.between_sweeps or plan.delta
+            or run.own_objective is not None
+            or any(r != 1.0 for r in run.rhos.values())
+            or (block.nodes and (block.iters != 1 or block.last))):
+        return None
+    if not _plain(model):
+        return None
+    local = list(block.order) if block.nodes else []
+    if any(target_terms(model, n) is not None for n in local):
+        return None
+    nodes = list(plan.structure.globals) + local
+    if set(nodes) != set(model.latent):
+        return None
+    steps = [NodeStep(n, [Route(c, n) for c in model.children[n]]) for n in nodes]
+    terms = []
+    for n in model.stochastic:
+        if n.observed:
+            terms.append(ObservedTerm(n))
+        elif n.factor.closed_form_elbo:
+            terms.append(ClosedTerm(n))
+        else:
+            terms.append(n.elbo_term)
+    k = len(plan.structure.globals)
+    return CompiledSweep(model, steps[:k], steps[k:], terms)
+
+
+def _plain(model):
+    """Every node stochastic, no point masses, no weights (masks, counts, entries that
+    integrate out), no streamed or partly observed data, no factored or mixture q."""
+    from .mixture_q import mixture_of
+    for n in model.nodes:
+        if n.deterministic:
+            return False
+    for n in model.stochastic:
+        if n.point or n.replicates is not None or n._observed_parent_mask() is not None:
+            return False
+        if not n.factor.conjugate:
+            return False
+        if n.observed:
+            if n.source is not None or n.mask is not None or n.cells() is not None:
+                return False
+        elif n.observed_entries() is not None or n._factored is not None or \
+                mixture_of(n) is not None or n.nat is None:
+            return False
+        for p in n.factor.parents:
+            if p.deterministic:
+                return False
+    return True
