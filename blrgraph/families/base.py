@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:   # np.einsum without optimize= is this C function behind a Python wrapper
+    from numpy._core.multiarray import c_einsum as einsum
+except ImportError:   # (numpy < 2)
+    einsum = np.einsum
+
 
 class ExponentialFamily:
     """Base class: subclasses implement the methods below.

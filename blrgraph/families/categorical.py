@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import entr, log_softmax, rel_entr, softmax
 
-from .base import ExponentialFamily
+from .base import ExponentialFamily, einsum
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
 
@@ -123,14 +123,14 @@ class Categorical(ExponentialFamily):
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
-        s = np.asarray(np.einsum("...k->...", p))
+        s = np.asarray(einsum("...k->...", p))
         low = s < 1e-280
         if low.any():   # far below the shift: exact per-row log-sum-exp there
             sub = eta[low]
             m = _rowmax(sub)
             m[~np.isfinite(m)] = 0.0
             e = np.exp(sub - m[..., None])
-            se = np.einsum("...k->...", e)
+            se = einsum("...k->...", e)
             p[low] = e
             s[low] = se
             lse = np.asarray(c + np.log(np.where(low, 1.0, s)))
@@ -162,11 +162,11 @@ class Categorical(ExponentialFamily):
         category with lam_k = -inf (p_k = 0) contributes 0 log 0 = 0."""
         lse, p = self._lse_and_p(nat)
         eta = self._eta(nat)
-        h = lse - np.einsum("...k,...k->...", p, eta)
+        h = lse - einsum("...k,...k->...", p, eta)
         if not np.isfinite(h).all():
             with np.errstate(invalid="ignore"):
                 logp = eta - lse[..., None]
-            h = -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
+            h = -einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
         return h
 
     def kl(self, nat1, nat2):

@@ -60,9 +60,12 @@ class Layout:
     def flatten_natural(self, nat, lead):
         """Natural parameters with plates ``lead`` (e.g. (K,)) as (lead..., P) coefficients
         of Phi's statistic columns (column 0 and log h are left for the caller)."""
-        out = np.zeros(tuple(lead) + (self.P,))
+        lead = tuple(lead)
+        out = np.zeros(lead + (self.P,))
         for (j, sl, iu), a in zip(self.blocks, nat):
-            a = np.broadcast_to(np.asarray(a, dtype=float), tuple(lead) + self.shapes[j])
+            shape = lead + self.shapes[j]
+            if type(a) is not np.ndarray or a.dtype != float or a.shape != shape:
+                a = np.broadcast_to(np.asarray(a, dtype=float), shape)
             if iu is not None:
                 sym = a[..., iu[0], iu[1]] + a[..., iu[1], iu[0]]
                 diag = iu[0] == iu[1]
@@ -213,7 +216,7 @@ class FlatStats:
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
         coef = self.layout.flatten_natural(nat, lead)
-        coef[..., 0] = -np.broadcast_to(np.asarray(elp, dtype=float), tuple(lead))
+        coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
         if self.layout.has_logh:
             coef[..., 1] = 1.0
         else:

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from ..graph.base import ChildData, _LazyMoments
+from ..graph.plates import add_compact
 from .blr import blr_update, target_from, target_terms
 from .views import WholeData
 
@@ -39,38 +40,52 @@ ENABLED = True
 
 class Route:
     """The messages of one child to one parent: the child's factor, the slots the parent
-    fills, and the child as the factor sees it (fixed for observed data)."""
+    fills, and for observed data the factor's own resolved messages (``route``)."""
 
-    __slots__ = ("child", "factor", "slots", "x", "target")
+    __slots__ = ("child", "factor", "slots", "target", "fns")
 
     def __init__(self, child, parent):
         self.child = child
-        self.factor = child.factor
-        self.slots = tuple(i for i, p in enumerate(child.factor.parents) if p is parent)
+        f = self.factor = child.factor
+        self.slots = tuple(i for i, p in enumerate(f.parents) if p is parent)
         self.target = parent.plates
-        self.x = child.child_data() if child.observed else None
+        self.fns = None
+        if child.observed:
+            x = child.child_data()
+            self.fns = [f.route(i, x, self.target) for i in self.slots]
 
     def message(self):
-        f, child = self.factor, self.child
-        x = self.x
-        if x is None:   # a latent child: its moments, read when the factor asks
-            x = ChildData(None, None, child.plates, child.family.value_ndim,
-                          make_moments=child.moments)
+        f = self.factor
         u = _LazyMoments(f.parents)
         total = None
+        if self.fns is not None:
+            for fn in self.fns:
+                m = fn(u)
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+            return total
+        child = self.child   # a latent child: its moments, read when the factor asks
+        x = ChildData(None, None, child.plates, child.family.value_ndim,
+                      make_moments=child.moments)
         for i in self.slots:
             m = f.message(i, x, u, None, self.target)
             total = m if total is None else tuple(a + b for a, b in zip(total, m))
         return total
 
 
-class NodeStep:
-    """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1)."""
+def _fixed_parents(node):
+    return all(p.observed or not (p.stochastic or p.deterministic) for p in node.factor.parents)
 
-    __slots__ = ("node", "routes")
+
+class NodeStep:
+    """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
+    kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
+
+    __slots__ = ("node", "routes", "lam0", "last")
 
     def __init__(self, node, routes):
         self.node, self.routes = node, routes
+        self.lam0 = node.prior_natural() if _fixed_parents(node) else None
+        self.last = None   # the last step's lam when it was its target (FusedTerm)
 
     def step(self, it):
         total = None
@@ -78,20 +93,31 @@ class NodeStep:
             m = r.message()
             if m is not None:
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
-        node = self.node
-        node.set_natural(blr_update(node, node.nat, target_from(node, total), 1.0, it))
+        node, lam0 = self.node, self.lam0
+        if lam0 is None:
+            target = target_from(node, total)
+        elif total is None:
+            target = lam0
+        else:
+            target = tuple(add_compact(a, m) for a, m in zip(lam0, total)) + \
+                tuple(lam0[len(total):])
+        new = blr_update(node, node.nat, target, 1.0, it)
+        self.last = new if new is target else None
+        node.set_natural(new)
 
 
 class ClosedTerm:
     """A latent node's ELBO term as <lam0 - lam, E T> + A(lam) - E[A0] (module docstring);
-    E[A0] summed over the entries once when the parents are fixed (constants, data)."""
+    lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
+    data)."""
 
-    __slots__ = ("node", "fixed")
+    __slots__ = ("node", "lam0", "ea0")
 
     def __init__(self, node):
         self.node = node
-        self.fixed = self._ea0() if all(p.observed or not (p.stochastic or p.deterministic)
-                                        for p in node.factor.parents) else None
+        fixed = _fixed_parents(node)
+        self.lam0 = node.prior_natural() if fixed else None
+        self.ea0 = self._ea0() if fixed else None
 
     def _ea0(self):
         n = self.node
@@ -103,11 +129,32 @@ class ClosedTerm:
 
     def __call__(self):
         n = self.node
-        lam, u, lam0 = n.nat, n.moments(), n.prior_natural()
+        lam, u = n.nat, n.moments()
+        lam0 = n.prior_natural() if self.lam0 is None else self.lam0
         total = float(n.family.log_partition(lam).sum())
         for a0, a, m in zip(lam0, lam, u):
             total += float(((a0 - a) * m).sum())
-        return total - (self._ea0() if self.fixed is None else self.fixed)
+        return total - (self._ea0() if self.ea0 is None else self.ea0)
+
+
+class FusedTerm:
+    """The ELBO terms of the sweep's last-stepped node and of its children whose terms
+    are <their message, E T(node)> (``Conditional.term_is_message``: a mixture's data
+    and its assignments z): with lam = lam0 + those messages (this sweep's step at
+    rho = 1, nothing changed since) they add up to A(lam) - E[A0] (for z: the sum of
+    the log-sum-exps of its softmax). Otherwise the terms one by one."""
+
+    __slots__ = ("step", "closed", "children")
+
+    def __init__(self, step, closed, children):
+        self.step, self.closed, self.children = step, closed, children
+
+    def __call__(self):
+        last, n = self.step.last, self.step.node
+        if last is None or n.nat[0] is not last[0]:
+            return self.closed() + sum(t() for t in self.children)
+        c = self.closed
+        return float(n.family.log_partition(n.nat).sum()) - (c._ea0() if c.ea0 is None else c.ea0)
 
 
 class ObservedTerm:
@@ -156,9 +203,9 @@ def compile_sweep(run, view):
     needed (module docstring)."""
     plan, model = run.plan, run.model
     block = plan.block
-    if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic or run.backtrack.active
-            or any(u != "natural" for u in run.updates.values()) or plan.points or plan.between_sweeps or plan.delta
-            or run.own_objective is not None
+    if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic
+            or run.backtrack.active or any(u != "natural" for u in run.updates.values())
+            or plan.points or plan.between_sweeps or plan.delta or run.own_objective is not None
             or any(r != 1.0 for r in run.rhos.values())
             or (block.nodes and (block.iters != 1 or block.last))):
         return None
@@ -171,16 +218,22 @@ def compile_sweep(run, view):
     if set(nodes) != set(model.latent):
         return None
     steps = [NodeStep(n, [Route(c, n) for c in model.children[n]]) for n in nodes]
-    terms = []
+    terms = {}
     for n in model.stochastic:
         if n.observed:
-            terms.append(ObservedTerm(n))
+            terms[n] = ObservedTerm(n)
         elif n.factor.closed_form_elbo:
-            terms.append(ClosedTerm(n))
+            terms[n] = ClosedTerm(n)
         else:
-            terms.append(n.elbo_term)
+            terms[n] = n.elbo_term
+    last = steps[-1]
+    kids = model.children[last.node]
+    if isinstance(terms[last.node], ClosedTerm) and kids and all(
+            c.observed and len(r.slots) == 1 and c.factor.term_is_message(r.slots[0])
+            for c, r in zip(kids, last.routes)):
+        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c in kids])
     k = len(plan.structure.globals)
-    return CompiledSweep(model, steps[:k], steps[k:], terms)
+    return CompiledSweep(model, steps[:k], steps[k:], list(terms.values()))
 
 
 def _plain(model):
