@@ -46,11 +46,30 @@ def _sym(a):
     return 0.5 * (a + a.swapaxes(-1, -2))
 
 
+try:   # the LAPACK gufuncs behind np.linalg.cholesky / inv (their Python wrappers check
+    # the arguments and set up an error state on every call: most of a small call's time)
+    from numpy.linalg import _umath_linalg as _lapack
+except ImportError:   # pragma: no cover
+    _lapack = None
+
+
+def _cholesky(a):
+    """np.linalg.cholesky (the same gufunc) of a float64 stack, LinAlgError when an entry is
+    not positive definite (the gufunc returns that entry as NaN)."""
+    if _lapack is None or type(a) is not np.ndarray or a.dtype != np.float64 or a.ndim < 2:
+        return np.linalg.cholesky(a)
+    with np.errstate(invalid="ignore"):
+        c = _lapack.cholesky_lo(a, signature="d->d")
+    if a.size and np.isnan(c[..., 0, 0]).any():
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    return c
+
+
 def _chol(a, what="matrix", who="family", symmetric=False):
     """Lower Cholesky factor of a stack of SPD matrices (symmetrised first, unless
     ``symmetric``: already exactly symmetric)."""
     try:
-        return np.linalg.cholesky(a if symmetric else _sym(a))
+        return _cholesky(a if symmetric else _sym(a))
     except np.linalg.LinAlgError:
         raise ValueError(f"{who}: {what} is not positive definite; the natural "
                          f"parameters are outside the natural parameter space") from None
@@ -64,8 +83,11 @@ def _chol_logdet(c):
 def _chol_inv_factor(c):
     """c^{-1} for a stack of lower-triangular Cholesky factors (numpy's ``inv`` is LAPACK's
     gesv against the identity, as ``solve(c, I)`` is: the same numbers, without building
-    and checking the broadcast identity)."""
-    return np.linalg.inv(c)
+    and checking the broadcast identity; its gufunc called directly: a factor with a
+    positive diagonal is never singular)."""
+    if _lapack is None or type(c) is not np.ndarray or c.dtype != np.float64 or c.ndim < 2:
+        return np.linalg.inv(c)
+    return _lapack.inv(c, signature="d->d")
 
 
 def _inv_from_chol(c):

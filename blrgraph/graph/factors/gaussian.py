@@ -272,6 +272,9 @@ class MultivariateNormalFactor(Conditional):
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
         x1 = _first_moment(x)
+        if x.value is None and type(w) is np.ndarray and w.shape == x.plates == tuple(target) \
+                and L.shape[:-2] == m1.shape[:-1] == x1.shape[:-1] == w.shape:
+            return self._entrywise_message(i, x, x1, m1, m2, L, w)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
             return (wsum(w, L, x1, subs=("AB", "B"), out="A", **kw),
@@ -281,6 +284,17 @@ class MultivariateNormalFactor(Conditional):
         mm = wsum(w, m2, subs=("AB",), out="AB", **kw)
         S = xx - cross - cross.swapaxes(-1, -2) + mm
         return (-0.5 * S, 0.5 * wsum(w, **kw))
+
+    @staticmethod
+    def _entrywise_message(i, x, x1, m1, m2, L, w):
+        """:meth:`message` when every weighted entry is one entry of the parent (a mixture's
+        K pseudo-entries of weighted means, graph/suffstats.py): products, no sums."""
+        w2 = w[..., None, None]
+        if i == 0:
+            return (w[..., None] * einsum("...ab,...b->...a", L, x1), -0.5 * (w2 * L))
+        cross = x1[..., :, None] * m1[..., None, :]
+        S = w2 * (x.moments[1] - cross - cross.swapaxes(-1, -2) + m2)
+        return (-0.5 * S, 0.5 * w)
 
     def predictive(self, q, plates, ctx):
         """Gaussian mean, fixed precision L: N(E m, Cov m + L^-1). Fixed mean, Wishart(nu, W)
