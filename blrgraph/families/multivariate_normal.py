@@ -174,7 +174,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         lam1 = nat[0] if type(nat[0]) is np.ndarray and nat[0].shape == m.shape else \
             np.broadcast_to(nat[0], m.shape)
         d = m.shape[-1]
-        return 0.5 * (lam1 * m).sum(axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
+        return 0.5 * np.add.reduce(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
 
     def mean_params(self, nat):
         m, _, cov, _, _ = self._unpack(nat)

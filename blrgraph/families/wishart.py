@@ -30,6 +30,7 @@ from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, eins
                    object_array)
 
 LOG2 = np.log(2.0)
+_sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
 LOG2PI = np.log(2.0 * np.pi)
 LOGPI = np.log(np.pi)
 
@@ -77,7 +78,7 @@ def _chol(a, what="matrix", who="family", symmetric=False):
 
 def _chol_logdet(c):
     """log|A| from the Cholesky factor c of A."""
-    return 2.0 * np.log(c.diagonal(axis1=-2, axis2=-1)).sum(axis=-1)
+    return 2.0 * _sum(np.log(c.diagonal(axis1=-2, axis2=-1)), axis=-1)
 
 
 def _chol_inv_factor(c):
@@ -126,7 +127,7 @@ def _trace_prod(a, b):
 def mvdigamma(a, d):
     """Multivariate digamma psi_D(a) = sum_{i=1..D} psi(a + (1 - i)/2)."""
     a = np.asarray(a, dtype=float)
-    return digamma(a[..., None] + 0.5 * (1.0 - np.arange(1, d + 1))).sum(axis=-1)
+    return _sum(digamma(a[..., None] + 0.5 * (1.0 - np.arange(1, d + 1))), axis=-1)
 
 
 def _multigammaln(a, d):
@@ -134,7 +135,7 @@ def _multigammaln(a, d):
     (scipy's ``multigammaln`` without its per-call checks and Python loop over j: the
     callers pass dof already checked)."""
     a = np.asarray(a, dtype=float)
-    out = 0.25 * d * (d - 1) * LOGPI + gammaln(a[..., None] - 0.5 * np.arange(d)).sum(axis=-1)
+    out = 0.25 * d * (d - 1) * LOGPI + _sum(gammaln(a[..., None] - 0.5 * np.arange(d)), axis=-1)
     return out if a.ndim else float(out)
 
 

@@ -34,6 +34,8 @@ from ..graph.plates import add_compact
 from .blr import blr_update, target_from, target_terms
 from .views import WholeData
 
+_sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
+
 #: False: every fit runs the generic sweep (the compiled one's reference in the tests)
 ENABLED = True
 
@@ -125,15 +127,15 @@ class ClosedTerm:
         ea0 = f.expected_log_partition([p.moments() for p in f.parents])
         if type(ea0) is float:
             return ea0 * math.prod(n.plates)
-        return float(np.broadcast_to(ea0, n.plates).sum())
+        return float(_sum(np.broadcast_to(ea0, n.plates), axis=None))
 
     def __call__(self):
         n = self.node
         lam, u = n.nat, n.moments()
         lam0 = n.prior_natural() if self.lam0 is None else self.lam0
-        total = float(n.family.log_partition(lam).sum())
+        total = float(_sum(n.family.log_partition(lam), axis=None))
         for a0, a, m in zip(lam0, lam, u):
-            total += float(((a0 - a) * m).sum())
+            total += float(_sum((a0 - a) * m, axis=None))
         return total - (self._ea0() if self.ea0 is None else self.ea0)
 
 
@@ -154,7 +156,8 @@ class FusedTerm:
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
         c = self.closed
-        return float(n.family.log_partition(n.nat).sum()) - (c._ea0() if c.ea0 is None else c.ea0)
+        ea0 = c._ea0() if c.ea0 is None else c.ea0
+        return float(_sum(n.family.log_partition(n.nat), axis=None)) - ea0
 
 
 class ObservedTerm:
