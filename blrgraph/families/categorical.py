@@ -22,6 +22,8 @@ Reference: Bishop (2006), §2.2; Wainwright & Jordan (2008), Example 3.5.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import stats
 from scipy.special import entr, log_softmax, rel_entr, softmax
@@ -118,14 +120,16 @@ class Categorical(ExponentialFamily):
         eta = np.asarray(eta, dtype=float)
         if eta.size == 0:
             return np.zeros(eta.shape[:-1]), np.zeros(eta.shape)
-        c = float(eta.max())
-        if not np.isfinite(c):
+        c = float(np.maximum.reduce(eta, axis=None))
+        safe = math.isfinite(c)   # (then p <= 1 and, with no low row, s >= 1e-280: p / s is safe)
+        if not safe:
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
         s = np.asarray(einsum("...k->...", p))
         low = s < 1e-280
-        if low.any():   # far below the shift: exact per-row log-sum-exp there
+        if np.logical_or.reduce(low, axis=None):   # far below the shift: exact per-row lse there
+            safe = False
             sub = eta[low]
             m = _rowmax(sub)
             m[~np.isfinite(m)] = 0.0
@@ -138,6 +142,9 @@ class Categorical(ExponentialFamily):
                 lse[low] = m + np.log(se)
         else:
             lse = c + np.log(s)
+        if safe:
+            p /= s[..., None]
+            return lse, p
         with np.errstate(invalid="ignore", divide="ignore"):
             p /= s[..., None]
         return lse, p
