@@ -99,3 +99,51 @@ def test_damped_steps_take_the_generic_sweep(monkeypatch):
     model = separate(X, K)
     model.fit("vmp", max_iter=5, tol=0, rho=0.5, n_jobs=1)
     assert used == []
+
+
+def _normal(rng):
+    x = rng.normal(1.5, 0.7, size=60)
+    mu = bg.Normal(0.0, 1e-2, name="mu")
+    tau = bg.Gamma(1.0, 1.0, name="tau")
+    return bg.Model(bg.Normal(mu, tau, plates=(60,), name="x").observe(x))
+
+
+def _beta_bernoulli(rng):
+    x = (rng.random((50, 3)) < [0.2, 0.5, 0.9]).astype(float)
+    p = bg.Beta(1.0, 1.0, plates=(3,), name="p")
+    return bg.Model(bg.Bernoulli(p, plates=(50, 3), name="x").observe(x))
+
+
+def _poisson_mixture(rng):
+    x = np.concatenate([rng.poisson(2.0, 40), rng.poisson(9.0, 40)]).astype(float)
+    pi = bg.Dirichlet(np.ones(2), name="pi")
+    z = bg.Categorical(pi, plates=(80,), name="z")
+    lam = bg.Gamma(1.0, 0.1, plates=(2,), name="lam")
+    return bg.Model(bg.Mixture(z, bg.Poisson, lam, name="x").observe(x))
+
+
+def _label_mixture(rng):
+    x = np.concatenate([rng.choice(4, 40, p=[0.7, 0.1, 0.1, 0.1]),
+                        rng.choice(4, 40, p=[0.1, 0.1, 0.1, 0.7])])
+    pi = bg.Dirichlet(np.ones(2), name="pi")
+    z = bg.Categorical(pi, plates=(80,), name="z")
+    theta = bg.Dirichlet(np.ones(4), plates=(2,), name="theta")
+    return bg.Model(bg.Mixture(z, bg.Categorical, theta, name="x").observe(x))
+
+
+@pytest.mark.parametrize("build, compiles", [(_normal, True), (_beta_bernoulli, True),
+                                             (_poisson_mixture, True), (_label_mixture, False)],
+                         ids=["normal-gamma", "beta-bernoulli", "poisson-mixture", "labels"])
+def test_other_conjugate_models_same_iterates(build, compiles, monkeypatch):
+    """(A mixture of labels keeps q(z) as gathered tables, families/gathered.py: the
+    generic sweep.)"""
+    traces = []
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        used = []
+        monkeypatch.setattr(compiled.CompiledSweep, "sweep",
+                            lambda self, it: used.append(it) or _SWEEP(self, it))
+        res = build(np.random.default_rng(5)).fit("vmp", max_iter=15, tol=0, n_jobs=1, seed=2)
+        traces.append(np.asarray(res.elbo_trace))
+        assert bool(used) == (enabled and compiles)
+    np.testing.assert_allclose(traces[1], traces[0], rtol=1e-12, atol=0)
