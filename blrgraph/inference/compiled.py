@@ -30,8 +30,8 @@ import math
 import numpy as np
 
 from ..graph.base import ChildData, _LazyMoments
-from ..graph.plates import add_compact
-from .blr import blr_update, target_from, target_terms
+from ..graph.plates import add_compact, compact
+from .blr import blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
@@ -74,6 +74,19 @@ class Route:
         return total
 
 
+def _prior(node):
+    """lam0 of a node whose parents move (:meth:`Stochastic.prior_natural` without its
+    memo, which keeps only fixed priors): the factor's natural parameters at the parents'
+    moments, broadcast to the node's plates."""
+    f = node.factor
+    out = []
+    for a, k in zip(f.prior_natural([p.moments() for p in f.parents]), node.family.event_ndims):
+        a = np.asarray(a)
+        shape = node.plates + a.shape[a.ndim - k:]
+        out.append(a if a.shape == shape else np.broadcast_to(a, shape))
+    return tuple(out)
+
+
 def _fixed_parents(node):
     return all(p.observed or not (p.stochastic or p.deterministic) for p in node.factor.parents)
 
@@ -82,12 +95,25 @@ class NodeStep:
     """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
     kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
 
-    __slots__ = ("node", "routes", "lam0", "last")
+    __slots__ = ("node", "routes", "lam0", "compact0", "last")
 
     def __init__(self, node, routes):
         self.node, self.routes = node, routes
         self.lam0 = node.prior_natural() if _fixed_parents(node) else None
+        self.compact0 = None if self.lam0 is None else [compact(a) for a in self.lam0]
         self.last = None   # the last step's lam when it was its target (FusedTerm)
+
+    def _target(self, total):
+        """lam0 + the messages, as :func:`~.blr.target_from` adds them (a message with
+        every entry of its own: lam0 added at its compact shape)."""
+        lam0 = self.lam0
+        out = []
+        for a, c, m in zip(lam0, self.compact0, total):
+            if type(m) is np.ndarray and m.shape == a.shape and 0 not in m.strides:
+                out.append(c + m)
+            else:
+                out.append(add_compact(a, m))
+        return tuple(out) + tuple(lam0[len(total):])
 
     def step(self, it):
         total = None
@@ -97,12 +123,13 @@ class NodeStep:
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
         node, lam0 = self.node, self.lam0
         if lam0 is None:
-            target = target_from(node, total)
+            lam0 = _prior(node)
+            target = lam0 if total is None else \
+                tuple(map(add_compact, lam0, total)) + tuple(lam0[len(total):])
         elif total is None:
             target = lam0
         else:
-            target = tuple(add_compact(a, m) for a, m in zip(lam0, total)) + \
-                tuple(lam0[len(total):])
+            target = self._target(total)
         new = blr_update(node, node.nat, target, 1.0, it)
         self.last = new if new is target else None
         node.set_natural(new)
@@ -132,7 +159,7 @@ class ClosedTerm:
     def __call__(self):
         n = self.node
         lam, u = n.nat, n.moments()
-        lam0 = n.prior_natural() if self.lam0 is None else self.lam0
+        lam0 = _prior(n) if self.lam0 is None else self.lam0
         total = float(_sum(n.family.log_partition(lam), axis=None))
         for a0, a, m in zip(lam0, lam, u):
             total += float(_sum((a0 - a) * m, axis=None))
