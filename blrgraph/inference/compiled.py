@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from ..graph.base import ChildData, _LazyMoments
+from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from .blr import blr_update, target_terms
 from .views import WholeData
@@ -65,9 +65,7 @@ class Route:
                 m = fn(u)
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
             return total
-        child = self.child   # a latent child: its moments, read when the factor asks
-        x = ChildData(None, None, child.plates, child.family.value_ndim,
-                      make_moments=child.moments)
+        x = self.child.child_data()   # a latent child: its moments, read when asked
         for i in self.slots:
             m = f.message(i, x, u, None, self.target)
             total = m if total is None else tuple(a + b for a, b in zip(total, m))
