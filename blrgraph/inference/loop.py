@@ -19,7 +19,7 @@ import numpy as np
 from . import optimizers
 from .blr import blr_step, blr_update, target_from
 from .compiled import compile_sweep
-from .elbo import elbo, view_elbo
+from .elbo import view_elbo
 from .points import check_point
 from .saddles import tied_components
 from .starts import Default, start_assignment
@@ -244,15 +244,12 @@ class Run:
         A gradient step (``Method.update == "mean"``) that overflows stops the run with
         the iteration and the fix."""
         try:
-            converged = self._guarded()
+            return self._guarded()
         except BaseException:
             # rows in threads (threads.ThreadRows.abort): the local q back in the model,
             # the threads and the BLAS limit released, also when the fit stops on an error
             self.plan.rows.abort(self.model)
             raise
-        if self.compiled and self.trace:   # the reported ELBO assembled as elbo() does (the
-            self.trace[-1] = elbo(self.model)   # compiled terms differ from it by rounding)
-        return converged
 
     def _guarded(self):
         try:
