@@ -72,17 +72,38 @@ class Route:
         return total
 
 
-def _prior(node):
+def _prior(node, broadcast=True):
     """lam0 of a node whose parents move (:meth:`Stochastic.prior_natural` without its
     memo, which keeps only fixed priors): the factor's natural parameters at the parents'
-    moments, broadcast to the node's plates."""
+    moments, broadcast to the node's plates (``broadcast=False``: as the factor gives
+    them, for a sum with messages of the full shape)."""
     f = node.factor
     out = []
     for a, k in zip(f.prior_natural([p.moments() for p in f.parents]), node.family.event_ndims):
         a = np.asarray(a)
         shape = node.plates + a.shape[a.ndim - k:]
-        out.append(a if a.shape == shape else np.broadcast_to(a, shape))
+        out.append(a if a.shape == shape or not broadcast else np.broadcast_to(a, shape))
     return tuple(out)
+
+
+def _moving_target(node, total):
+    """lam0 + the messages for a node whose parents move, as :func:`~.blr.target_from`
+    adds them: a message with every entry of its own plus lam0 at its compact shape,
+    which for an unbroadcast lam0 is numpy's broadcasting sum (the same numbers)."""
+    lam0 = _prior(node, broadcast=total is None)
+    if total is None:
+        return lam0
+    out = []
+    for a, m, k in zip(lam0, total, node.family.event_ndims):
+        shape = node.plates + a.shape[a.ndim - k:]
+        if type(m) is np.ndarray and m.shape == shape and 0 not in m.strides and \
+                a.ndim <= m.ndim and all(x == 1 or x == y for x, y in
+                                         zip(a.shape[::-1], shape[::-1])):
+            out.append(compact(a) + m)
+        else:
+            out.append(add_compact(np.broadcast_to(a, shape), m))
+    return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
+                              for a, k in zip(lam0[len(total):], node.family.event_ndims[len(total):]))
 
 
 def _fixed_parents(node):
@@ -121,9 +142,7 @@ class NodeStep:
                 total = m if total is None else tuple(a + b for a, b in zip(total, m))
         node, lam0 = self.node, self.lam0
         if lam0 is None:
-            lam0 = _prior(node)
-            target = lam0 if total is None else \
-                tuple(map(add_compact, lam0, total)) + tuple(lam0[len(total):])
+            target = _moving_target(node, total)
         elif total is None:
             target = lam0
         else:

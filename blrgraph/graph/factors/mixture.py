@@ -365,7 +365,8 @@ class MixtureFactor(Conditional):
             return cached[3]
         if C == 1:
             W = r if w is None else np.asarray(w)[..., None] * r
-            S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
+            S = fs.tdot(W.reshape(R, self.K) if type(W) is np.ndarray else
+                        np.reshape(W, (R, self.K)))                        # (K, P)
         else:
             rr = r.reshape(R, self.K)
             S = 0.0
