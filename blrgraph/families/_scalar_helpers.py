@@ -26,9 +26,12 @@ def as_nat(nat, ncomp):
     """Return ``nat`` as a tuple of ``ncomp`` float arrays.
 
     A bare array is accepted for one-component families."""
-    if type(nat) is tuple and len(nat) == ncomp and \
-            all(type(x) is np.ndarray and x.dtype == _F8 for x in nat):
-        return nat   # (already so: q's own natural parameters, every sweep)
+    if type(nat) is tuple and len(nat) == ncomp:
+        for x in nat:
+            if type(x) is not np.ndarray or x.dtype != _F8:
+                break
+        else:
+            return nat   # (already so: q's own natural parameters, every sweep)
     if isinstance(nat, np.ndarray) or np.isscalar(nat):
         nat = (nat,)
     nat = tuple(np.asarray(x, dtype=float) for x in nat)

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:   # np.einsum without optimize= is this C function behind a Python wrapper
+    from numpy._core.multiarray import c_einsum as einsum
+except ImportError:   # (numpy < 2)
+    einsum = np.einsum
+
 
 class ExponentialFamily:
     """Base class: subclasses implement the methods below.
@@ -258,9 +263,17 @@ def plates_of(nat, event_ndims):
 
 def broadcast_nat(nat, event_ndims, plates=None):
     """Broadcast every component to a common plate shape (copy-free views)."""
-    if plates is None and all(type(x) is np.ndarray and x.dtype == _F8 for x in nat):
-        shapes = [x.shape[:x.ndim - k] for x, k in zip(nat, event_ndims)]
-        if all(s == shapes[0] for s in shapes):
+    if plates is None:
+        first = None
+        for x, k in zip(nat, event_ndims):
+            if type(x) is not np.ndarray or x.dtype != _F8:
+                break
+            s = x.shape[:x.ndim - k]
+            if first is None:
+                first = s
+            elif s != first:
+                break
+        else:
             return tuple(nat)   # (q's parameters: already at one plate shape)
     p = plates_of(nat, event_ndims) if plates is None else tuple(plates)
     return tuple(np.broadcast_to(np.asarray(x, dtype=float),

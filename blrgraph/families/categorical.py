@@ -22,11 +22,13 @@ Reference: Bishop (2006), §2.2; Wainwright & Jordan (2008), Example 3.5.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import stats
-from scipy.special import entr, log_softmax, logsumexp, rel_entr, softmax
+from scipy.special import entr, log_softmax, rel_entr, softmax
 
-from .base import ExponentialFamily
+from .base import ExponentialFamily, einsum
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
 
@@ -118,19 +120,21 @@ class Categorical(ExponentialFamily):
         eta = np.asarray(eta, dtype=float)
         if eta.size == 0:
             return np.zeros(eta.shape[:-1]), np.zeros(eta.shape)
-        c = float(eta.max())
-        if not np.isfinite(c):
+        c = float(np.maximum.reduce(eta, axis=None))
+        safe = math.isfinite(c)   # (then p <= 1 and, with no low row, s >= 1e-280: p / s is safe)
+        if not safe:
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
-        s = np.asarray(np.einsum("...k->...", p))
+        s = np.asarray(einsum("...k->...", p))
         low = s < 1e-280
-        if low.any():   # far below the shift: exact per-row log-sum-exp there
+        if np.logical_or.reduce(low, axis=None):   # far below the shift: exact per-row lse there
+            safe = False
             sub = eta[low]
             m = _rowmax(sub)
             m[~np.isfinite(m)] = 0.0
             e = np.exp(sub - m[..., None])
-            se = np.einsum("...k->...", e)
+            se = einsum("...k->...", e)
             p[low] = e
             s[low] = se
             lse = np.asarray(c + np.log(np.where(low, 1.0, s)))
@@ -138,6 +142,9 @@ class Categorical(ExponentialFamily):
                 lse[low] = m + np.log(se)
         else:
             lse = c + np.log(s)
+        if safe:
+            p /= s[..., None]
+            return lse, p
         with np.errstate(invalid="ignore", divide="ignore"):
             p /= s[..., None]
         return lse, p
@@ -152,7 +159,7 @@ class Categorical(ExponentialFamily):
         return ((x[..., None] == np.arange(K)).astype(float),)
 
     def log_partition(self, nat):
-        return logsumexp(self._eta(nat), axis=-1)
+        return self._lse_and_p(nat)[0]   # (the softmax's, kept with the moments)
 
     def mean_params(self, nat):
         return (self._p(nat),)
@@ -162,11 +169,11 @@ class Categorical(ExponentialFamily):
         category with lam_k = -inf (p_k = 0) contributes 0 log 0 = 0."""
         lse, p = self._lse_and_p(nat)
         eta = self._eta(nat)
-        h = lse - np.einsum("...k,...k->...", p, eta)
+        h = lse - einsum("...k,...k->...", p, eta)
         if not np.isfinite(h).all():
             with np.errstate(invalid="ignore"):
                 logp = eta - lse[..., None]
-            h = -np.einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
+            h = -einsum("...k,...k->...", p, np.where(p > 0, logp, 0.0))
         return h
 
     def kl(self, nat1, nat2):

@@ -73,11 +73,11 @@ class Dirichlet(ExponentialFamily):
 
     def log_partition(self, nat):
         al = self._alpha(nat)
-        return gammaln(al).sum(axis=-1) - gammaln(al.sum(axis=-1))
+        return np.add.reduce(gammaln(al), axis=-1) - gammaln(np.add.reduce(al, axis=-1))
 
     def mean_params(self, nat):
         al = self._alpha(nat)
-        return (digamma(al) - digamma(al.sum(axis=-1, keepdims=True)),)
+        return (digamma(al) - digamma(np.add.reduce(al, axis=-1, keepdims=True)),)
 
     def entropy(self, nat):
         al = self._alpha(nat)

@@ -16,9 +16,12 @@ through one batched Cholesky factorisation of L per call.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .base import ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, object_array
+from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
+                   object_array)
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
                       _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym,
                       _trace_prod)
@@ -84,15 +87,15 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
                 rows = Ex[sel]                                           # (n, D) selected
                 e2 = np.broadcast_to(eta2[..., m[:, None], o[None, :]], B + (len(m), len(o)))[sel]
                 h = np.broadcast_to(eta1[..., m], B + (len(m),))[sel] + \
-                    2.0 * np.einsum("nij,nj->ni", e2, rows[:, o])
+                    2.0 * einsum("nij,nj->ni", e2, rows[:, o])
                 Pi = np.broadcast_to(Pinv, B + (len(m), len(m)))[sel]
-                rows[:, m] = np.einsum("nij,nj->ni", Pi, h)
+                rows[:, m] = einsum("nij,nj->ni", Pi, h)
                 Ex[sel] = rows
                 blk = cov[sel]
                 blk[:, m[:, None], m[None, :]] = Pi
                 cov[sel] = blk
                 H[sel] = np.broadcast_to(0.5 * len(m) * (1.0 + LOG2PI) - 0.5 * logdet, B)[sel]
-        Exx = np.einsum("...i,...j->...ij", Ex, Ex) + cov
+        Exx = einsum("...i,...j->...ij", Ex, Ex) + cov
         return Ex, Exx, H
 
     # ---- parameterisations -------------------------------------------------
@@ -131,7 +134,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
         prec = _sym(-2.0 * (lam2 if one is None else one))
-        c = _chol(prec, "-2 * lam2 (the precision)", self.name)
+        c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         cov, ci = _inv_from_chol(c)
         logdet = _chol_logdet(c)
         if one is None:
@@ -168,14 +171,15 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
 
     def log_partition(self, nat):
         m, _, _, logdet_prec, _ = self._unpack(nat)
-        lam1 = np.broadcast_to(nat[0], m.shape)
+        lam1 = nat[0] if type(nat[0]) is np.ndarray and nat[0].shape == m.shape else \
+            np.broadcast_to(nat[0], m.shape)
         d = m.shape[-1]
-        return 0.5 * np.sum(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
+        return 0.5 * np.add.reduce(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
 
     def mean_params(self, nat):
         m, _, cov, _, _ = self._unpack(nat)
-        mm = np.einsum("...i,...j->...ij", m, m)   # a new array: Sigma added in place
-        if mm.shape != np.broadcast_shapes(mm.shape, cov.shape):
+        mm = einsum("...i,...j->...ij", m, m)   # a new array: Sigma added in place
+        if mm.shape != cov.shape and mm.shape != np.broadcast_shapes(mm.shape, cov.shape):
             return m, cov + mm
         mm += cov       # (not cov + mm: a broadcast Sigma against the stack is 2-3x slower)
         return m, mm
@@ -221,7 +225,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         rng = _rng(rng)
         m, _, _, _, ci = self._unpack(nat)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
-        return self._plus_c(m + np.einsum("...ji,...j->...i", ci, z))
+        return self._plus_c(m + einsum("...ji,...j->...i", ci, z))
 
     def mean(self, nat):
         return np.array(self._plus_c(self._unpack(nat)[0]))
@@ -263,12 +267,12 @@ def _shared_matrix(a):
     """The one (D, D) matrix of a stack ``a`` (plates + (D, D)) whose plate entries are all
     equal (None when they are not, or when there is at most one entry)."""
     k = a.ndim - 2
-    if int(np.prod(a.shape[:-2], dtype=int)) <= 1:
+    if math.prod(a.shape[:-2]) <= 1:
         return None
     first = a[(0,) * k]
     if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
         return first   # a broadcast view of one matrix: equal without looking
-    if not np.array_equal(a[(-1,) * k], first):   # cheap exit for distinct matrices
+    if not (a[(-1,) * k] == first).all():   # cheap exit for distinct matrices
         return None
     if not np.array_equal(a, np.broadcast_to(first, a.shape)):
         return None

@@ -26,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from .base import ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, object_array
+from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
+                   object_array)
 
 LOG2 = np.log(2.0)
+_sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
 LOG2PI = np.log(2.0 * np.pi)
 LOGPI = np.log(np.pi)
 
@@ -42,13 +44,33 @@ def _prefix(family, where):
 
 def _sym(a):
     """Symmetric part of a stack of square matrices."""
-    return 0.5 * (a + np.swapaxes(a, -1, -2))
+    return 0.5 * (a + a.swapaxes(-1, -2))
 
 
-def _chol(a, what="matrix", who="family"):
-    """Lower Cholesky factor of a stack of SPD matrices (symmetrised first)."""
+try:   # the LAPACK gufuncs behind np.linalg.cholesky / inv (their Python wrappers check
+    # the arguments and set up an error state on every call: most of a small call's time)
+    from numpy.linalg import _umath_linalg as _lapack
+except ImportError:   # pragma: no cover
+    _lapack = None
+
+
+def _cholesky(a):
+    """np.linalg.cholesky (the same gufunc) of a float64 stack, LinAlgError when an entry is
+    not positive definite (the gufunc returns that entry as NaN)."""
+    if _lapack is None or type(a) is not np.ndarray or a.dtype != np.float64 or a.ndim < 2:
+        return np.linalg.cholesky(a)
+    with np.errstate(invalid="ignore"):
+        c = _lapack.cholesky_lo(a, signature="d->d")
+    if a.size and np.isnan(c[..., 0, 0]).any():
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    return c
+
+
+def _chol(a, what="matrix", who="family", symmetric=False):
+    """Lower Cholesky factor of a stack of SPD matrices (symmetrised first, unless
+    ``symmetric``: already exactly symmetric)."""
     try:
-        return np.linalg.cholesky(_sym(a))
+        return _cholesky(a if symmetric else _sym(a))
     except np.linalg.LinAlgError:
         raise ValueError(f"{who}: {what} is not positive definite; the natural "
                          f"parameters are outside the natural parameter space") from None
@@ -56,20 +78,23 @@ def _chol(a, what="matrix", who="family"):
 
 def _chol_logdet(c):
     """log|A| from the Cholesky factor c of A."""
-    return 2.0 * np.sum(np.log(np.diagonal(c, axis1=-2, axis2=-1)), axis=-1)
+    return 2.0 * _sum(np.log(c.diagonal(axis1=-2, axis2=-1)), axis=-1)
 
 
 def _chol_inv_factor(c):
     """c^{-1} for a stack of lower-triangular Cholesky factors (numpy's ``inv`` is LAPACK's
     gesv against the identity, as ``solve(c, I)`` is: the same numbers, without building
-    and checking the broadcast identity)."""
-    return np.linalg.inv(c)
+    and checking the broadcast identity; its gufunc called directly: a factor with a
+    positive diagonal is never singular)."""
+    if _lapack is None or type(c) is not np.ndarray or c.dtype != np.float64 or c.ndim < 2:
+        return np.linalg.inv(c)
+    return _lapack.inv(c, signature="d->d")
 
 
 def _inv_from_chol(c):
     """A^{-1} = c^{-T} c^{-1} (exactly symmetric) from A = c c^T; also returns c^{-1}."""
     ci = _chol_inv_factor(c)
-    return np.swapaxes(ci, -1, -2) @ ci, ci
+    return ci.swapaxes(-1, -2) @ ci, ci
 
 
 def _spd_inv_logdet(a, what="matrix", who="family"):
@@ -81,12 +106,12 @@ def _spd_inv_logdet(a, what="matrix", who="family"):
 
 def _matvec(a, x):
     """Batched A x (A: (..., D, D), x: (..., D))."""
-    return np.einsum("...ij,...j->...i", a, x)
+    return einsum("...ij,...j->...i", a, x)
 
 
 def _quad(a, x):
     """Batched x^T A x."""
-    return np.einsum("...i,...ij,...j->...", x, a, x)
+    return einsum("...i,...ij,...j->...", x, a, x)
 
 
 def _outer(x, y=None):
@@ -102,7 +127,7 @@ def _trace_prod(a, b):
 def mvdigamma(a, d):
     """Multivariate digamma psi_D(a) = sum_{i=1..D} psi(a + (1 - i)/2)."""
     a = np.asarray(a, dtype=float)
-    return np.sum(digamma(a[..., None] + 0.5 * (1.0 - np.arange(1, d + 1))), axis=-1)
+    return _sum(digamma(a[..., None] + 0.5 * (1.0 - np.arange(1, d + 1))), axis=-1)
 
 
 def _multigammaln(a, d):
@@ -110,7 +135,7 @@ def _multigammaln(a, d):
     (scipy's ``multigammaln`` without its per-call checks and Python loop over j: the
     callers pass dof already checked)."""
     a = np.asarray(a, dtype=float)
-    out = 0.25 * d * (d - 1) * LOGPI + np.sum(gammaln(a[..., None] - 0.5 * np.arange(d)), axis=-1)
+    out = 0.25 * d * (d - 1) * LOGPI + _sum(gammaln(a[..., None] - 0.5 * np.arange(d)), axis=-1)
     return out if a.ndim else float(out)
 
 
@@ -239,11 +264,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         nu = 2.0 * lam2 + d + 1.0
-        if np.any(~(nu > d - 1)):
+        if not (nu > d - 1).all():
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym(-2.0 * lam1)
-        c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name)
+        c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         w, ci = _inv_from_chol(c)
         return nu, w, -_chol_logdet(c), prec, ci
 

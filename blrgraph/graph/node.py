@@ -4,6 +4,7 @@ data), its observation, its messages to its parents and its ELBO term. The base 
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
@@ -20,6 +21,8 @@ from .predictive import node_predictive
 #: last fixed prior, kept outside the node (a pickled or copied model, e.g. the Dask
 #: template whose local q are cut to one entry, carries no broadcast lam0 of all entries)
 _PRIOR_MEMO = weakref.WeakKeyDictionary()
+
+_as_float = functools.partial(np.asarray, dtype=float)
 
 
 class Stochastic(Node):
@@ -297,7 +300,7 @@ class Stochastic(Node):
         self._factored = None
 
     def set_natural(self, nat):
-        self.nat = tuple(np.asarray(a, dtype=float) for a in nat)
+        self.nat = tuple(map(_as_float, nat))
         self._moments = None
 
     # ---- q's state: the one way to save it and put it back (restarts, backtracking,

@@ -217,8 +217,10 @@ def add_compact(a, b):
     returned as a read-only broadcast view when that is smaller: the sum of a prior and a
     message that are the same for every entry is then one matrix, not one per entry."""
     if type(a) is np.ndarray and type(b) is np.ndarray and a.shape == b.shape and \
-            0 not in a.strides and 0 not in b.strides:
-        return a + b   # (nothing to compact: the common case of a latent q's target)
+            0 not in b.strides:
+        # (nothing to compact: the common case of a latent q's target; a prior broadcast
+        # to the message's shape is added at its compact shape)
+        return a + b if 0 not in a.strides else compact(a) + b
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     s = compact(a) + compact(b)
     return s if s.shape == shape else np.broadcast_to(s, shape)

@@ -44,12 +44,19 @@ class Layout:
         self.shapes = [tuple(s) for s in shapes]        # event shape of each statistic
         sym = set(family.symmetric_stats)
         self.blocks = []
+        self._sym_index = {}   # symmetric block j: flat (i, j), (j, i) of the upper triangle,
+        # the halving of its diagonal, and each flat (i, j)'s column in the triangle
         col = 2 if has_logh else 1
         for j, s in enumerate(self.shapes):
             if j in sym and len(s) == 2 and s[0] == s[1]:
                 iu = np.triu_indices(s[0])
                 n = len(iu[0])
                 self.blocks.append((j, slice(col, col + n), iu))
+                d = s[0]
+                col_of = np.empty((d, d), dtype=np.intp)   # the column of each (i, j)
+                col_of[iu] = col_of[iu[1], iu[0]] = np.arange(n)
+                self._sym_index[j] = (iu[0] * d + iu[1], iu[1] * d + iu[0],
+                                      np.where(iu[0] == iu[1], 0.5, 1.0), col_of.ravel())
             else:
                 n = int(np.prod(s, dtype=int))
                 self.blocks.append((j, slice(col, col + n), None))
@@ -60,14 +67,16 @@ class Layout:
     def flatten_natural(self, nat, lead):
         """Natural parameters with plates ``lead`` (e.g. (K,)) as (lead..., P) coefficients
         of Phi's statistic columns (column 0 and log h are left for the caller)."""
-        out = np.zeros(tuple(lead) + (self.P,))
+        lead = tuple(lead)
+        out = np.zeros(lead + (self.P,))
         for (j, sl, iu), a in zip(self.blocks, nat):
-            a = np.broadcast_to(np.asarray(a, dtype=float), tuple(lead) + self.shapes[j])
-            if iu is not None:
-                sym = a[..., iu[0], iu[1]] + a[..., iu[1], iu[0]]
-                diag = iu[0] == iu[1]
-                sym[..., diag] *= 0.5
-                out[..., sl] = sym
+            shape = lead + self.shapes[j]
+            if type(a) is not np.ndarray or a.dtype != float or a.shape != shape:
+                a = np.broadcast_to(np.asarray(a, dtype=float), shape)
+            if iu is not None:   # (a_ij + a_ji), halved on the diagonal
+                ij, ji, half, _ = self._sym_index[j]
+                a = a.reshape(lead + (-1,))
+                out[..., sl] = (a[..., ij] + a[..., ji]) * half
             else:
                 out[..., sl] = a.reshape(tuple(lead) + (-1,))
         return out
@@ -87,12 +96,8 @@ class Layout:
         out = []
         for j, sl, iu in self.blocks:
             block = S[:, sl]
-            if iu is not None:
-                d = self.shapes[j][0]
-                M = np.empty((n, d, d))
-                M[:, iu[0], iu[1]] = block
-                M[:, iu[1], iu[0]] = block
-                out.append(M)
+            if iu is not None:   # the triangle read back into both halves
+                out.append(block[:, self._sym_index[j][3]].reshape((n,) + self.shapes[j]))
             else:
                 out.append(block.reshape((n,) + self.shapes[j]))
         return tuple(out)
@@ -213,7 +218,7 @@ class FlatStats:
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
         coef = self.layout.flatten_natural(nat, lead)
-        coef[..., 0] = -np.broadcast_to(np.asarray(elp, dtype=float), tuple(lead))
+        coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
         if self.layout.has_logh:
             coef[..., 1] = 1.0
         else:

@@ -184,7 +184,7 @@ SUM_CHECK = 4096
 def _finite(a):
     a = np.asarray(a)
     if a.size <= SUM_CHECK:
-        return bool(np.isfinite(a).all())
+        return bool(np.logical_and.reduce(np.isfinite(a), axis=None))
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.sum(a)
     return bool(np.isfinite(s)) or bool(np.isfinite(a).all())   # (finite entries that overflow)

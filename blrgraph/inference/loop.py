@@ -18,6 +18,7 @@ import numpy as np
 
 from . import optimizers
 from .blr import blr_step, blr_update, target_from
+from .compiled import compile_sweep
 from .elbo import view_elbo
 from .points import check_point
 from .saddles import tied_components
@@ -88,6 +89,7 @@ class Run:
         self.saddle = False
         self._q = self._steps = None     # the globals' last q snapshots, steps (small_change)
         self.it = 0
+        self.compiled = False            # compiled.CompiledSweep, None (generic), False: not tried
 
     # ---- node updates ------------------------------------------------------------
     def _point(self, n, check=True):
@@ -155,6 +157,12 @@ class Run:
         if self.plan.rows.stochastic:
             self.local_sweeps.append(view.fit_local(block, self.update_local))
             return self.global_step(view, evaluate=True)
+        if self.compiled is False:   # resolved once per run (compiled.py), on its first sweep
+            self.compiled = compile_sweep(self, view)
+        if self.compiled is not None:
+            if block.nodes:
+                self.local_sweeps.append(1)
+            return self.compiled.sweep(self.it)
         L = self.global_step(view, evaluate=self.backtrack.active or not block.nodes)
         if block.nodes:
             if self.it == self.plan.max_iter:

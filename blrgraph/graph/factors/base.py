@@ -41,6 +41,10 @@ class Conditional:
     """Base class of conditional factors."""
 
     conjugate = True  # non-conjugate factors (NCVMP) set this False
+    #: E[log p(x | parents)] = <E eta, E T(x)> - E[A] + E log h(x) in the node's own family
+    #: (T, h), so a latent node's ELBO term is <lam0 - lam, E T> + A(lam) - E[A]
+    #: (inference/compiled.py); the factors that are so say True
+    closed_form_elbo = False
     #: entries of the node are independent given its parents, so an entry without observed
     #: descendants integrates out on its own (Stochastic.observed_entries); False for a
     #: factor that couples its entries (a Gaussian Markov chain's time steps)
@@ -148,6 +152,18 @@ class Conditional:
 
     def message(self, i, x, u, w, target_plates):
         raise NotImplementedError(f"{type(self).__name__} sends no message to slot {i}")
+
+    def route(self, i, x, target_plates):
+        """``u -> message(i, x, u, None, target_plates)`` for data ``x`` that stay the same
+        for a whole fit, without weights (the compiled sweep resolves it once per fit,
+        inference/compiled.py); a factor may resolve here what depends only on x."""
+        return lambda u: self.message(i, x, u, None, target_plates)
+
+    def term_is_message(self, i):
+        """Whether this factor's ELBO term (unweighted) is exactly <message to slot i,
+        E T(parent i)>: then the parent's step at rho = 1 makes the parent's term and
+        this one A(lam) - E[A0] together (inference/compiled.py). Default: False."""
+        return False
 
     # ---- optional hooks: declared here with their defaults, overridden where they apply ----
     #: the component factor of a mixture (None for every other factor)

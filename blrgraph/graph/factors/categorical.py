@@ -12,6 +12,7 @@ from scipy.special import gammaln
 
 from ...predictive import CategoricalPredictive, DirichletMultinomial
 from ..plates import broadcast_plates, wsum
+from ...families.base import einsum
 from .base import Conditional
 
 
@@ -61,13 +62,16 @@ def scatter_last(weights, labels, K, target, full=()):
 class CategoricalFactor(Conditional):
     """z ~ Categorical(p): lam = E[log p] (overcomplete log-potentials), A = 0."""
 
+    closed_form_elbo = True
+
     _onehot = _transposed = None   # memos: the labels one-hot, the last log table transposed
 
     def n_categories(self):
-        from ..deterministic import Gather
         p = self.parents[0]
-        if isinstance(p, Gather):  # the source has the same K, without gathering
-            p = p.source
+        if p.deterministic:
+            from ..deterministic import Gather
+            if isinstance(p, Gather):  # the source has the same K, without gathering
+                p = p.source
         return p.moments()[0].shape[-1]
 
     def prior_natural(self, u):
@@ -81,7 +85,7 @@ class CategoricalFactor(Conditional):
         (lp,), = u
         if x.value is not None:
             return gather_last(lp, x.value)
-        return np.einsum("...k,...k->...", x.moments[0], lp)
+        return einsum("...k,...k->...", x.moments[0], lp)
 
     def weighted_loglik(self, x, u, w):
         """sum_n w_n E[log p(z_n | p)]; for a factored q(z) (families/gathered.py: LDA's

@@ -11,6 +11,8 @@ from .base import Conditional
 class FixedPrior(Conditional):
     """p(x) = the family at fixed constructor parameters: lam0 = natural_from_params."""
 
+    closed_form_elbo = True
+
     def __init__(self, node, parents, slots, **fixed):
         self.node = node
         self.slots = []

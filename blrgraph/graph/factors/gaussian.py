@@ -9,6 +9,7 @@ import numpy as np
 
 from ...predictive import MultivariateT, monte_carlo, normal, student_t
 from ..plates import wsum
+from ...families.base import einsum
 from .base import Conditional
 
 LOG2PI = np.log(2.0 * np.pi)
@@ -179,12 +180,12 @@ def _lin_quad(x, eta1, L):
     if _mixture_layout(x, L) and np.shape(eta1) == np.shape(L)[:-1]:  # one eta1 per matrix
         X = x.reshape(x.shape[0], -1)
         if L.ndim == 2:
-            return X @ eta1 - 0.5 * np.einsum("nd,nd->n", X @ L, X)
+            return X @ eta1 - 0.5 * einsum("nd,nd->n", X @ L, X)
         out = X @ eta1.T
         for k in range(L.shape[0]):
-            out[:, k] -= 0.5 * np.einsum("nd,nd->n", X @ L[k], X)
+            out[:, k] -= 0.5 * einsum("nd,nd->n", X @ L[k], X)
         return out
-    return np.einsum("...i,...i->...", x, eta1) - 0.5 * _quad(x, L)
+    return einsum("...i,...i->...", x, eta1) - 0.5 * _quad(x, L)
 
 
 def _first_moment(x):
@@ -216,20 +217,22 @@ class MultivariateNormalFactor(Conditional):
     """x ~ N(mean, inv(precision)); slots mean (MVN moments (m, m m^T)),
     precision (Wishart moments (Lambda, log|Lambda|))."""
 
+    closed_form_elbo = True
+
     def prior_natural(self, u):
         (m1, _), (L, _) = u
-        return (np.einsum("...ij,...j->...i", L, m1), -0.5 * L)
+        return (einsum("...ij,...j->...i", L, m1), -0.5 * L)
 
     def expected_log_partition(self, u):
         (_, m2), (L, ld) = u
         D = L.shape[-1]
-        return 0.5 * np.einsum("...ij,...ij->...", L, m2) - 0.5 * ld + 0.5 * D * LOG2PI
+        return 0.5 * einsum("...ij,...ij->...", L, m2) - 0.5 * ld + 0.5 * D * LOG2PI
 
     def expected_loglik(self, x, u):
         if x.value is None:
             return super().expected_loglik(x, u)
         (m1, _), (L, _) = u
-        eta1 = np.einsum("...ij,...j->...i", L, m1)
+        eta1 = einsum("...ij,...j->...i", L, m1)
         return _lin_quad(x.value, eta1, L) - self.expected_log_partition(u)
 
     def weighted_loglik(self, x, u, w):
@@ -269,6 +272,9 @@ class MultivariateNormalFactor(Conditional):
     def message(self, i, x, u, w, target):
         (m1, m2), (L, _) = u
         x1 = _first_moment(x)
+        if x.value is None and type(w) is np.ndarray and w.shape == x.plates == tuple(target) \
+                and L.shape[:-2] == m1.shape[:-1] == x1.shape[:-1] == w.shape:
+            return self._entrywise_message(i, x, x1, m1, m2, L, w)
         kw = dict(target_plates=target, full_plates=x.plates)
         if i == 0:
             return (wsum(w, L, x1, subs=("AB", "B"), out="A", **kw),
@@ -276,8 +282,19 @@ class MultivariateNormalFactor(Conditional):
         xx = _second_moment_sum(w, x, target)
         cross = wsum(w, x1, m1, subs=("A", "B"), out="AB", **kw)
         mm = wsum(w, m2, subs=("AB",), out="AB", **kw)
-        S = xx - cross - np.swapaxes(cross, -1, -2) + mm
+        S = xx - cross - cross.swapaxes(-1, -2) + mm
         return (-0.5 * S, 0.5 * wsum(w, **kw))
+
+    @staticmethod
+    def _entrywise_message(i, x, x1, m1, m2, L, w):
+        """:meth:`message` when every weighted entry is one entry of the parent (a mixture's
+        K pseudo-entries of weighted means, graph/suffstats.py): products, no sums."""
+        w2 = w[..., None, None]
+        if i == 0:
+            return (w[..., None] * einsum("...ab,...b->...a", L, x1), -0.5 * (w2 * L))
+        cross = x1[..., :, None] * m1[..., None, :]
+        S = w2 * (x.moments[1] - cross - cross.swapaxes(-1, -2) + m2)
+        return (-0.5 * S, 0.5 * w)
 
     def predictive(self, q, plates, ctx):
         """Gaussian mean, fixed precision L: N(E m, Cov m + L^-1). Fixed mean, Wishart(nu, W)

@@ -4,12 +4,15 @@ parameters; any conjugate factor can be the component.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...predictive import MixturePredictive
 from ..base import ChildData
 from ..plates import broadcast_plates, reduce_to
 from ..suffstats import FlatStats
+from ...families.base import einsum
 from .base import Conditional
 
 
@@ -107,7 +110,7 @@ class MixtureFactor(Conditional):
         not, and trailing *column* axes, along which z is constant (a multi-column mixture:
         z plates (N, 1), parameters (D, K)). Returns (FlatStats, R, C, column shape);
         the last answer is kept for the same data, z shape and parameter plates."""
-        rest = (np.shape(r), tuple(x.plates), tuple(p.plates for p in self.component.parents),
+        rest = (r.shape if type(r) is np.ndarray else np.shape(r), tuple(x.plates), tuple(p.plates for p in self.component.parents),
                 self.component.fixed_plates())
         memo = self._plan_cache
         if memo is not None and memo[0] is self._flat_cache and memo[1] is x.value and \
@@ -156,8 +159,8 @@ class MixtureFactor(Conditional):
         nat = self.component.prior_natural(ucomp)
         nat = tuple(fit(a, k) for a, k in zip(nat, self.node.family.event_ndims))
         elp = fit(self.component.expected_log_partition(ucomp), 0)
-        return fs.coefficients(nat, np.broadcast_to(elp, lead), lead).reshape(
-            (int(np.prod(lead[:-1], dtype=int)), self.K, fs.layout.P))
+        return fs.coefficients(nat, elp, lead).reshape(
+            (math.prod(lead[:-1]), self.K, fs.layout.P))
 
     def _weighted_phi(self, fs, R, C, w):
         """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
@@ -259,7 +262,7 @@ class MixtureFactor(Conditional):
 
     def expected_loglik(self, x, u):
         r, ucomp = self._split(u)
-        return np.einsum("...k,...k->...", r, self._component_loglik(x, ucomp, r))
+        return einsum("...k,...k->...", r, self._component_loglik(x, ucomp, r))
 
     def weighted_loglik(self, x, u, w):
         fast = self._factored_loglik(x, u, w)
@@ -270,7 +273,7 @@ class MixtureFactor(Conditional):
         if plan is None or plan[2] == 1:
             return super().weighted_loglik(x, u, w)
         R = plan[1]
-        return float(np.einsum("nk,nk->", r.reshape(R, self.K), self._row_loglik(x, ucomp, r, w)))
+        return float(einsum("nk,nk->", r.reshape(R, self.K), self._row_loglik(x, ucomp, r, w)))
 
     def _factored_q(self):
         """q(z) when it is factored (families/gathered.py: a sum of gathered tables)."""
@@ -315,6 +318,44 @@ class MixtureFactor(Conditional):
         xe, _ = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
         return self.component.message(i - 1, xe, ucomp, wr, target)
 
+    def route(self, i, x, target):
+        """With the data's statistics matrix (one column entry, no weights), the messages
+        of :meth:`message` with the plan resolved once: to z the log-likelihoods
+        ``Phi @ coef``, to a component parameter the component's message for the K
+        pseudo-entries of the responsibilities' weighted means."""
+        z = self.parents[0]
+        r = np.broadcast_to(0.0, tuple(z.plates) + (self.K,))   # (only its shape is read)
+        plan = None if z._factored is not None else self._flat(x, r, None)
+        if plan is None or plan[2] != 1:
+            return super().route(i, x, target)
+        fs, R, C, cols = plan
+        if i == 0:
+            if tuple(target) != tuple(x.plates):
+                return super().route(i, x, target)
+            return lambda u: (self._flat_loglik(fs, x, u[1:]),)
+        comp, vnd, plates = self.component, self.node.family.value_ndim, tuple(cols) + (self.K,)
+
+        def to_parameter(u):
+            tot, means = self._component_stats(fs, R, C, cols, u[0][0], None)
+            return comp.message(i - 1, ChildData(None, means, plates, vnd), u[1:], tot, target)
+        return to_parameter
+
+    def term_is_message(self, i):
+        """sum_n sum_k r_nk E[log p(x_n | theta_k)] is <z's message, r> (z with the
+        mixture's plates)."""
+        return i == 0 and tuple(self.parents[0].plates) == tuple(self.node.plates)
+
+    def _flat_loglik(self, fs, x, ucomp):
+        """:meth:`_component_loglik` through the statistics matrix (its cache shared)."""
+        refs = (x.value,) + tuple(ucomp)
+        cached = self._ll_cache
+        if cached is not None and len(cached[0]) == len(refs) and \
+                all(a is b for a, b in zip(cached[0], refs)):
+            return cached[1]
+        ll = fs.dot(self._coef(fs, (), ucomp)[0].T).reshape(tuple(x.plates) + (self.K,))
+        self._ll_cache = (refs, ll)
+        return ll
+
     def _component_stats(self, fs, R, C, cols, r, w):
         """(weights' totals, weighted means) of the statistics per (column entry,
         component); the last kept for the same r and w (every component parameter's
@@ -324,7 +365,8 @@ class MixtureFactor(Conditional):
             return cached[3]
         if C == 1:
             W = r if w is None else np.asarray(w)[..., None] * r
-            S = fs.tdot(np.reshape(W, (R, self.K)))                        # (K, P)
+            S = fs.tdot(W.reshape(R, self.K) if type(W) is np.ndarray else
+                        np.reshape(W, (R, self.K)))                        # (K, P)
         else:
             rr = r.reshape(R, self.K)
             S = 0.0

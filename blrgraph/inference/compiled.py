@@ -1,0 +1,318 @@
+"""A sweep resolved once per fit (issue 26, "no per-sweep overhead").
+
+The loop's generic sweep asks, at every step of every node, which children send it
+messages, through which slots, with which weights (masks, counts, entries that integrate
+out), and how each node's ELBO term is assembled. For a batch fit with every row in memory,
+rho = 1 and no weights, those answers are the same in every sweep: :func:`compile_sweep`
+resolves them once (a :class:`Route` per child and slot, the fixed data a factor reads,
+the prior natural parameters of a node whose parents are fixed) and :class:`CompiledSweep`
+replays them, calling the factors' own ``message`` and the one step
+:func:`~.blr.blr_update`; the iterates are the generic sweep's (tests/test_compiled.py).
+
+The ELBO term of a latent node whose factor declares ``closed_form_elbo`` (its expected
+log-likelihood is <E eta, E T(x)> - E[A] + E log h(x) in the node's own family) is taken
+in one expression from what the sweep already has (docs/math.md §3.1):
+
+    E[log p(x | parents)] + H[q] = <lam0 - lam, E T(x)> + A(lam) - E[A0],
+
+E log h cancelling; A(lam) is read from the family's factorisation of q (Cholesky and
+log-determinants shared with the moments). Other nodes use their ``elbo_term``.
+
+Anything the compiled sweep does not cover (minibatches, rows in threads or on Dask,
+damping or backtracking, point masses, gradient or optimizer steps, masks, counts,
+partly observed vectors, deterministic nodes, factored assignments, a local block that
+iterates) runs the generic sweep: :func:`compile_sweep` returns None.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph.base import _LazyMoments
+from ..graph.plates import add_compact, compact
+from .blr import blr_update, target_terms
+from .views import WholeData
+
+_sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
+
+#: False: every fit runs the generic sweep (the compiled one's reference in the tests)
+ENABLED = True
+
+
+class Route:
+    """The messages of one child to one parent: the child's factor, the slots the parent
+    fills, and for observed data the factor's own resolved messages (``route``)."""
+
+    __slots__ = ("child", "factor", "slots", "target", "fns")
+
+    def __init__(self, child, parent):
+        self.child = child
+        f = self.factor = child.factor
+        self.slots = tuple(i for i, p in enumerate(f.parents) if p is parent)
+        self.target = parent.plates
+        self.fns = None
+        if child.observed:
+            x = child.child_data()
+            self.fns = [f.route(i, x, self.target) for i in self.slots]
+
+    def message(self):
+        f = self.factor
+        u = _LazyMoments(f.parents)
+        total = None
+        if self.fns is not None:
+            for fn in self.fns:
+                m = fn(u)
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+            return total
+        x = self.child.child_data()   # a latent child: its moments, read when asked
+        for i in self.slots:
+            m = f.message(i, x, u, None, self.target)
+            total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        return total
+
+
+def _prior(node, broadcast=True):
+    """lam0 of a node whose parents move (:meth:`Stochastic.prior_natural` without its
+    memo, which keeps only fixed priors): the factor's natural parameters at the parents'
+    moments, broadcast to the node's plates (``broadcast=False``: as the factor gives
+    them, for a sum with messages of the full shape)."""
+    f = node.factor
+    out = []
+    for a, k in zip(f.prior_natural([p.moments() for p in f.parents]), node.family.event_ndims):
+        a = np.asarray(a)
+        shape = node.plates + a.shape[a.ndim - k:]
+        out.append(a if a.shape == shape or not broadcast else np.broadcast_to(a, shape))
+    return tuple(out)
+
+
+def _moving_target(node, total):
+    """lam0 + the messages for a node whose parents move, as :func:`~.blr.target_from`
+    adds them: a message with every entry of its own plus lam0 at its compact shape,
+    which for an unbroadcast lam0 is numpy's broadcasting sum (the same numbers)."""
+    lam0 = _prior(node, broadcast=total is None)
+    if total is None:
+        return lam0
+    out = []
+    for a, m, k in zip(lam0, total, node.family.event_ndims):
+        shape = node.plates + a.shape[a.ndim - k:]
+        if type(m) is np.ndarray and m.shape == shape and 0 not in m.strides and \
+                a.ndim <= m.ndim and all(x == 1 or x == y for x, y in
+                                         zip(a.shape[::-1], shape[::-1])):
+            out.append(compact(a) + m)
+        else:
+            out.append(add_compact(np.broadcast_to(a, shape), m))
+    return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
+                              for a, k in zip(lam0[len(total):], node.family.event_ndims[len(total):]))
+
+
+def _fixed_parents(node):
+    return all(p.observed or not (p.stochastic or p.deterministic) for p in node.factor.parents)
+
+
+class NodeStep:
+    """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
+    kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
+
+    __slots__ = ("node", "routes", "lam0", "compact0", "last")
+
+    def __init__(self, node, routes):
+        self.node, self.routes = node, routes
+        self.lam0 = node.prior_natural() if _fixed_parents(node) else None
+        self.compact0 = None if self.lam0 is None else [compact(a) for a in self.lam0]
+        self.last = None   # the last step's lam when it was its target (FusedTerm)
+
+    def _target(self, total):
+        """lam0 + the messages, as :func:`~.blr.target_from` adds them (a message with
+        every entry of its own: lam0 added at its compact shape)."""
+        lam0 = self.lam0
+        out = []
+        for a, c, m in zip(lam0, self.compact0, total):
+            if type(m) is np.ndarray and m.shape == a.shape and 0 not in m.strides:
+                out.append(c + m)
+            else:
+                out.append(add_compact(a, m))
+        return tuple(out) + tuple(lam0[len(total):])
+
+    def step(self, it):
+        total = None
+        for r in self.routes:
+            m = r.message()
+            if m is not None:
+                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+        node, lam0 = self.node, self.lam0
+        if lam0 is None:
+            target = _moving_target(node, total)
+        elif total is None:
+            target = lam0
+        else:
+            target = self._target(total)
+        new = blr_update(node, node.nat, target, 1.0, it)
+        self.last = new if new is target else None
+        node.set_natural(new)
+
+
+class ClosedTerm:
+    """A latent node's ELBO term as <lam0 - lam, E T> + A(lam) - E[A0] (module docstring);
+    lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
+    data)."""
+
+    __slots__ = ("node", "lam0", "ea0")
+
+    def __init__(self, node):
+        self.node = node
+        fixed = _fixed_parents(node)
+        self.lam0 = node.prior_natural() if fixed else None
+        self.ea0 = self._ea0() if fixed else None
+
+    def _ea0(self):
+        n = self.node
+        f = n.factor
+        ea0 = f.expected_log_partition([p.moments() for p in f.parents])
+        if type(ea0) is float:
+            return ea0 * math.prod(n.plates)
+        return float(_sum(np.broadcast_to(ea0, n.plates), axis=None))
+
+    def __call__(self):
+        n = self.node
+        lam, u = n.nat, n.moments()
+        lam0 = _prior(n) if self.lam0 is None else self.lam0
+        total = float(_sum(n.family.log_partition(lam), axis=None))
+        for a0, a, m in zip(lam0, lam, u):
+            total += float(_sum((a0 - a) * m, axis=None))
+        return total - (self._ea0() if self.ea0 is None else self.ea0)
+
+
+class FusedTerm:
+    """The ELBO terms of the sweep's last-stepped node and of its children whose terms
+    are <their message, E T(node)> (``Conditional.term_is_message``: a mixture's data
+    and its assignments z): with lam = lam0 + those messages (this sweep's step at
+    rho = 1, nothing changed since) they add up to A(lam) - E[A0] (for z: the sum of
+    the log-sum-exps of its softmax). Otherwise the terms one by one."""
+
+    __slots__ = ("step", "closed", "children")
+
+    def __init__(self, step, closed, children):
+        self.step, self.closed, self.children = step, closed, children
+
+    def __call__(self):
+        last, n = self.step.last, self.step.node
+        if last is None or n.nat[0] is not last[0]:
+            return self.closed() + sum(t() for t in self.children)
+        c = self.closed
+        ea0 = c._ea0() if c.ea0 is None else c.ea0
+        return float(_sum(n.family.log_partition(n.nat), axis=None)) - ea0
+
+
+class ObservedTerm:
+    """An observed node's ELBO term, E[log p(data | parents)], its data fixed."""
+
+    __slots__ = ("factor", "x")
+
+    def __init__(self, node):
+        self.factor = node.factor
+        self.x = node.child_data()
+
+    def __call__(self):
+        f = self.factor
+        return f.weighted_loglik(self.x, _LazyMoments(f.parents), None)
+
+
+class CompiledSweep:
+    """The sweep of :func:`compile_sweep`: the globals' steps in schedule order, the
+    local nodes' single steps, then the ELBO (the generic sweep's order)."""
+
+    def __init__(self, model, steps, local_steps, terms):
+        self.model = model
+        self.steps = steps
+        self.local_steps = local_steps
+        self.terms = terms
+
+    def sweep(self, it):
+        for s in self.steps:
+            s.step(it)
+        for s in self.local_steps:
+            s.step(it)
+        return self.elbo()
+
+    def elbo(self):
+        total = 0.0
+        for t in self.terms:
+            total += t()
+        if not math.isfinite(total):   # the generic assembly names the node and the fix
+            from .elbo import elbo
+            return elbo(self.model)
+        return total
+
+
+def compile_sweep(run, view):
+    """A :class:`CompiledSweep` for this run's sweeps, or None when the generic sweep is
+    needed (module docstring)."""
+    plan, model = run.plan, run.model
+    block = plan.block
+    if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic
+            or run.backtrack.active or any(u != "natural" for u in run.updates.values())
+            or plan.points or plan.between_sweeps or plan.delta or run.own_objective is not None
+            or any(r != 1.0 for r in run.rhos.values())
+            or (block.nodes and (block.iters != 1 or block.last))):
+        return None
+    if not _plain(model):
+        return None
+    local = list(block.order) if block.nodes else []
+    if any(target_terms(model, n) is not None for n in local):
+        return None
+    nodes = list(plan.structure.globals) + local
+    if set(nodes) != set(model.latent):
+        return None
+    steps = [NodeStep(n, [Route(c, n) for c in model.children[n]]) for n in nodes]
+    terms = {}
+    for n in model.stochastic:
+        if n.observed:
+            terms[n] = ObservedTerm(n)
+        elif n.factor.closed_form_elbo and _agrees(ClosedTerm(n), n):
+            terms[n] = ClosedTerm(n)
+        else:
+            terms[n] = n.elbo_term
+    last = steps[-1]
+    kids = model.children[last.node]
+    if isinstance(terms[last.node], ClosedTerm) and kids and all(
+            c.observed and len(r.slots) == 1 and c.factor.term_is_message(r.slots[0])
+            for c, r in zip(kids, last.routes)):
+        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c in kids])
+    k = len(plan.structure.globals)
+    return CompiledSweep(model, steps[:k], steps[k:], list(terms.values()))
+
+
+def _agrees(term, node):
+    """The closed form checked once against the node's own term at the start (a family
+    without ``log_partition``, or whose pieces do not fit together, keeps its own)."""
+    try:
+        got, want = term(), node.elbo_term()
+    except (NotImplementedError, ValueError, FloatingPointError, np.linalg.LinAlgError):
+        return False
+    scale = max(1.0, abs(want))
+    return math.isfinite(got) and abs(got - want) <= 1e-9 * scale
+
+
+def _plain(model):
+    """Every node stochastic, no point masses, no weights (masks, counts, entries that
+    integrate out), no streamed or partly observed data, no factored or mixture q."""
+    from .mixture_q import mixture_of
+    for n in model.nodes:
+        if n.deterministic:
+            return False
+    for n in model.stochastic:
+        if n.point or n.replicates is not None or n._observed_parent_mask() is not None:
+            return False
+        if not n.factor.conjugate:
+            return False
+        if n.observed:
+            if n.source is not None or n.mask is not None or n.cells() is not None:
+                return False
+        elif n.observed_entries() is not None or n._factored is not None or \
+                mixture_of(n) is not None or n.nat is None:
+            return False
+        for p in n.factor.parents:
+            if p.deterministic:
+                return False
+    return True

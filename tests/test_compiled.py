@@ -1,0 +1,149 @@
+"""The sweep resolved once per fit (inference/compiled.py): the same iterates as the
+generic sweep, its closed-form ELBO terms equal to the nodes' own terms, and the fits it
+does not cover left to the generic sweep."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blrgraph as bg
+from blrgraph.inference import compiled
+
+from helpers_models import gmm_model
+
+_SWEEP = compiled.CompiledSweep.sweep
+
+
+def _data(N=120, D=3, K=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0.0, 4.0, size=(K, D))
+    return centres[rng.integers(0, K, N)] + rng.normal(size=(N, D))
+
+
+def separate(X, K=3, mask=None):
+    """bench_jmlr.py's GMM: separate Gaussian means and Wishart precisions."""
+    N, D = X.shape
+    alpha = bg.Dirichlet(np.ones(K), name="alpha")
+    z = bg.Categorical(alpha, plates=(N,), name="z")
+    mu = bg.MultivariateNormal(np.zeros(D), 1e-2 * np.eye(D), plates=(K,), name="mu")
+    Lam = bg.Wishart(D, np.eye(D), plates=(K,), name="Lambda")
+    return bg.Model(bg.Mixture(z, bg.MultivariateNormal, mu, Lam, name="Y").observe(X, mask=mask))
+
+
+def hierarchical(X, K=3):
+    """The component means under a latent common mean (a factor with a latent parent)."""
+    N, D = X.shape
+    alpha = bg.Dirichlet(np.full(K, 2.0), name="alpha")
+    z = bg.Categorical(alpha, plates=(N,), name="z")
+    m0 = bg.MultivariateNormal(np.zeros(D), 1e-2 * np.eye(D), name="m0")
+    Lam = bg.Wishart(D + 2.0, np.eye(D), plates=(K,), name="Lambda")
+    mu = bg.MultivariateNormal(m0, 0.05 * np.eye(D), plates=(K,), name="mu")
+    return bg.Model(bg.Mixture(z, bg.MultivariateNormal, mu, Lam, name="Y").observe(X))
+
+
+def _fit(build, X, K, enabled, monkeypatch, sweeps=25):
+    monkeypatch.setattr(compiled, "ENABLED", enabled)
+    used = []
+
+    def sweep(self, it):
+        used.append(it)
+        return _SWEEP(self, it)
+
+    monkeypatch.setattr(compiled.CompiledSweep, "sweep", sweep)
+    model = build(X, K)
+    r0 = np.random.default_rng(1).dirichlet(np.ones(K), size=len(X))
+    res = model.fit("vmp", max_iter=sweeps, tol=0, init=r0, n_jobs=1)
+    return model, np.asarray(res.elbo_trace), used
+
+
+@pytest.mark.parametrize("build", [separate, hierarchical, lambda X, K: gmm_model(X, K)],
+                         ids=["separate", "hierarchical", "normal-wishart"])
+def test_same_iterates_as_the_generic_sweep(build, monkeypatch):
+    X, K = _data(), 3
+    m_gen, L_gen, used_gen = _fit(build, X, K, False, monkeypatch)
+    m_cmp, L_cmp, used_cmp = _fit(build, X, K, True, monkeypatch)
+    assert used_gen == [] and used_cmp == list(range(1, len(L_cmp) + 1))
+    assert len(L_gen) == len(L_cmp) > 5
+    np.testing.assert_allclose(L_cmp, L_gen, rtol=1e-12, atol=0)
+    for a, b in zip(m_gen.latent, m_cmp.latent):
+        for x, y in zip(a.nat, b.nat):
+            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("build", [separate, hierarchical])
+def test_closed_form_terms_equal_the_nodes_terms(build, monkeypatch):
+    X, K = _data(seed=3), 3
+    model, _, _ = _fit(build, X, K, True, monkeypatch, sweeps=7)
+    closed = [n for n in model.latent if n.factor.closed_form_elbo]
+    assert {n.name for n in closed} >= {"alpha", "z", "mu", "Lambda"}
+    for n in closed:
+        got, want = compiled.ClosedTerm(n)(), n.elbo_term()
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-9), n.name
+
+
+def test_masked_data_take_the_generic_sweep(monkeypatch):
+    X, K = _data(), 3
+    mask = np.ones(len(X), dtype=bool)
+    mask[::7] = False
+
+    _, L, used = _fit(lambda X, K: separate(X, K, mask), X, K, True, monkeypatch, sweeps=5)
+    assert used == [] and np.all(np.isfinite(L))
+
+
+def test_damped_steps_take_the_generic_sweep(monkeypatch):
+    X, K = _data(), 3
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    used = []
+    monkeypatch.setattr(compiled.CompiledSweep, "sweep",
+                        lambda self, it: used.append(it) or _SWEEP(self, it))
+    model = separate(X, K)
+    model.fit("vmp", max_iter=5, tol=0, rho=0.5, n_jobs=1)
+    assert used == []
+
+
+def _normal(rng):
+    x = rng.normal(1.5, 0.7, size=60)
+    mu = bg.Normal(0.0, 1e-2, name="mu")
+    tau = bg.Gamma(1.0, 1.0, name="tau")
+    return bg.Model(bg.Normal(mu, tau, plates=(60,), name="x").observe(x))
+
+
+def _beta_bernoulli(rng):
+    x = (rng.random((50, 3)) < [0.2, 0.5, 0.9]).astype(float)
+    p = bg.Beta(1.0, 1.0, plates=(3,), name="p")
+    return bg.Model(bg.Bernoulli(p, plates=(50, 3), name="x").observe(x))
+
+
+def _poisson_mixture(rng):
+    x = np.concatenate([rng.poisson(2.0, 40), rng.poisson(9.0, 40)]).astype(float)
+    pi = bg.Dirichlet(np.ones(2), name="pi")
+    z = bg.Categorical(pi, plates=(80,), name="z")
+    lam = bg.Gamma(1.0, 0.1, plates=(2,), name="lam")
+    return bg.Model(bg.Mixture(z, bg.Poisson, lam, name="x").observe(x))
+
+
+def _label_mixture(rng):
+    x = np.concatenate([rng.choice(4, 40, p=[0.7, 0.1, 0.1, 0.1]),
+                        rng.choice(4, 40, p=[0.1, 0.1, 0.1, 0.7])])
+    pi = bg.Dirichlet(np.ones(2), name="pi")
+    z = bg.Categorical(pi, plates=(80,), name="z")
+    theta = bg.Dirichlet(np.ones(4), plates=(2,), name="theta")
+    return bg.Model(bg.Mixture(z, bg.Categorical, theta, name="x").observe(x))
+
+
+@pytest.mark.parametrize("build, compiles", [(_normal, True), (_beta_bernoulli, True),
+                                             (_poisson_mixture, True), (_label_mixture, False)],
+                         ids=["normal-gamma", "beta-bernoulli", "poisson-mixture", "labels"])
+def test_other_conjugate_models_same_iterates(build, compiles, monkeypatch):
+    """(A mixture of labels keeps q(z) as gathered tables, families/gathered.py: the
+    generic sweep.)"""
+    traces = []
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        used = []
+        monkeypatch.setattr(compiled.CompiledSweep, "sweep",
+                            lambda self, it: used.append(it) or _SWEEP(self, it))
+        res = build(np.random.default_rng(5)).fit("vmp", max_iter=15, tol=0, n_jobs=1, seed=2)
+        traces.append(np.asarray(res.elbo_trace))
+        assert bool(used) == (enabled and compiles)
+    np.testing.assert_allclose(traces[1], traces[0], rtol=1e-12, atol=0)
