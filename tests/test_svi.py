@@ -197,16 +197,18 @@ def test_svi_with_point_mass_assignments_gives_hard_assignments():
     assert labels[:60].mean() != labels[60:].mean()  # the two clusters get different labels
 
 
-def test_a_per_row_latent_with_a_scalar_prior_is_cut_with_the_minibatch():
-    """x_n ~ N(0, 1): the scalar prior mean publishes T(0 - c_n) with the per-row shift
-    of x's location group; minibatches cut it (it was a bare numpy broadcasting error)
+@pytest.mark.parametrize("mean", [0.0, np.zeros(1)], ids=["scalar", "plates (1,)"])
+def test_a_per_row_latent_with_a_fixed_prior_is_cut_with_the_minibatch(mean):
+    """x_n ~ N(m, 1): the prior mean m (a scalar, or plates (1,)) publishes T(m - c_n)
+    with the per-row shift of x's location group; minibatches cut those moments and keep
+    m (it was a bare numpy broadcasting error, then an IndexError for m with plates (1,))
     and SVI reaches the VMP optimum of tau."""
     rng = np.random.default_rng(0)
     N = 400
     yv = rng.normal(size=N) * 3 + 1.0
 
     def build():
-        x = bg.Normal(0.0, 1.0, plates=(N,), name="x")
+        x = bg.Normal(mean, 1.0, plates=(N,), name="x")
         return bg.Model(bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y").observe(yv))
     exact = build()
     exact.fit("vmp", tol=1e-12)

@@ -203,16 +203,21 @@ def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path
     np.testing.assert_allclose(b["nat/z/0"], a["nat/z/0"], rtol=1e-10, atol=1e-9)
 
 
-def test_a_per_row_latent_with_a_scalar_prior_is_cut_with_the_partitions():
-    """x_n ~ N(0, 1), y_n ~ N(x_n, 1/tau): x's location group has one shift per row, so
-    the scalar prior mean publishes T(0 - c_n) per row, cut with each partition's rows
-    (it was a bare numpy broadcasting error): n_jobs=2 equals n_jobs=1."""
+@pytest.mark.parametrize("cols,mean", [(None, 0.0), (None, np.zeros(1)), (3, 0.0),
+                                       (3, np.array([0.5, 1.0, 2.0]))],
+                         ids=["scalar", "plates (1,)", "(N, D) scalar", "(N, D) per column"])
+def test_a_per_row_latent_with_a_fixed_prior_is_cut_with_the_partitions(cols, mean):
+    """x_n ~ N(m, 1), y_n ~ N(x_n, 1/tau) with m not per row (a scalar, plates (1,), one
+    per column): x's location group has one shift per row, so m publishes T(m - c_n) per
+    row, cut with each partition's rows while m keeps its value (it was a bare numpy
+    broadcasting error, then an IndexError for m with plates): n_jobs=2 equals n_jobs=1."""
     rng = np.random.default_rng(1)
     N = 24000
-    yv = rng.normal(size=N) * 3 + 1.0
+    shape = (N,) if cols is None else (N, cols)
+    yv = rng.normal(size=shape) * 3 + (1.0 if cols is None else np.array([1.0, 50.0, -20.0]))
     out = []
     for jobs in (1, 2):
-        x = bg.Normal(0.0, 1.0, plates=(N,), name="x")
+        x = bg.Normal(mean, 1.0, plates=shape, name="x")
         model = bg.Model(bg.Normal(x, bg.Gamma(2.0, 1.0, name="tau"), name="y").observe(yv))
         fit = model.fit("vmp", n_jobs=jobs, max_iter=10, tol=0, seed=0)
         out.append((np.array(fit.elbo_trace), model["x"].posterior.mean))

@@ -161,10 +161,13 @@ class Constant(Node):
 
     def restrict(self, rows, cut, source_rows=None):
         """One value per row (a prior mean per data point): the rows' values. A constant
-        without plates whose T(value - c) is per row (its location shift c is) keeps its
-        value and plates; its moments are cut."""
+        whose value is not per row (a scalar, one value per column, plates (1,)) but whose
+        T(value - c) is (its location shift c is) keeps its value and plates; its moments
+        are cut."""
         state = {"plates": self.plates, "value": self.value, "_moments": self._moments}
-        if self.plates:
+        m = self._moments[0]
+        batch = np.shape(m)[:np.ndim(m) - self.provides.event_ndims[0]]
+        if self.plates and len(self.plates) == len(batch) and self.plates[0] == batch[0]:
             state.update(super().restrict(rows, cut))
             self.value = cut(self.value, rows)
         self._moments = tuple(cut(m, rows) for m in self._moments)
