@@ -227,6 +227,13 @@ class CompiledSweep:
         self.steps = steps
         self.local_steps = local_steps
         self.terms = terms
+        # the routes hold the data they were built from: a node re-observed during the
+        # run (a callback's ``observe``) makes the sweep stale
+        self._data = [(n, n.value, n.mask) for n in model.observed]
+
+    def stale(self):
+        """Was a data array or mask replaced since this sweep was built?"""
+        return any(n.value is not v or n.mask is not m for n, v, m in self._data)
 
     def sweep(self, it):
         for s in self.steps:

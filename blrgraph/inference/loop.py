@@ -157,7 +157,9 @@ class Run:
         if self.plan.rows.stochastic:
             self.local_sweeps.append(view.fit_local(block, self.update_local))
             return self.global_step(view, evaluate=True)
-        if self.compiled is False:   # resolved once per run (compiled.py), on its first sweep
+        if self.compiled is False or (self.compiled is not None and self.compiled.stale()):
+            # resolved once per run (compiled.py) on its first sweep; again after a
+            # callback re-observes data
             self.compiled = compile_sweep(self, view)
         if self.compiled is not None:
             if block.nodes:
