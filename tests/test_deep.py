@@ -303,7 +303,13 @@ def test_value_and_grad_is_refused_when_it_disagrees_with_logp():
         v, (g,) = logistic_value_and_grad(np.reshape(w, (-1, 3))[0], X, y, weights)
         return v, [g]
 
+    def right_only_at_the_start(w, X, y, weights):
+        v, (g,) = logistic_value_and_grad(w, X, y, weights)
+        return v, [g + 5.0 * np.asarray(w)]   # right at the prior mean w = 0 only
+
     for bad, match in [(off_gradient, r"gradient in w differs from autograd"),
+                       (right_only_at_the_start,
+                        r"gradient in w differs .* at a point off the prior mean"),
                        (off_value, r"total .* differs from the weighted row sum of logp"),
                        (unsummed, r"returned a total of shape \(40,\)"),
                        (one_draw_only, r"leading axis of draws"),
@@ -313,6 +319,32 @@ def test_value_and_grad_is_refused_when_it_disagrees_with_logp():
         lik = bg.Potential(logistic_rows, w, data=(X, y), name="lik", value_and_grad=bad)
         with pytest.raises(ValueError, match=r"fit\('ivon'\): Potential 'lik'.*" + match):
             bg.Model(lik).fit("ivon", batch_size=10, max_steps=2)
+
+
+def test_value_and_grad_of_a_logp_autograd_cannot_trace_is_checked_by_differences():
+    """logp written with plain numpy (autograd cannot differentiate it): a gradient twice
+    too large is refused by a central difference along a random direction; the right one
+    fits."""
+    X, y = _logistic(N=40)
+
+    def numpy_rows(w, X, y):
+        a = np.asarray(w) @ X.T
+        return y * a - np.logaddexp(0.0, a)
+
+    def doubled(w, X, y, weights):
+        v, (g,) = logistic_value_and_grad(w, X, y, weights)
+        return v, [2.0 * g]
+
+    for vg, ok in ((logistic_value_and_grad, True), (doubled, False)):
+        w = bg.Normal(0.0, 1.0, plates=(3,), name="w")
+        lik = bg.Potential(numpy_rows, w, data=(X, y), name="lik", value_and_grad=vg,
+                           vectorized=False)
+        if ok:
+            bg.Model(lik).fit("ivon", batch_size=10, max_steps=2)
+        else:
+            with pytest.raises(ValueError, match=r"Potential 'lik'.*along a random direction"
+                                                 r".*central difference"):
+                bg.Model(lik).fit("ivon", batch_size=10, max_steps=2)
 
 
 # ---- OGN / VOGN ---------------------------------------------------------------------------

@@ -36,11 +36,10 @@ def check_fit(factor, method="fit"):
 
 
 def check_value_and_grad(factor, one, data, where):
-    """``value_and_grad`` at the prior mean against logp's weighted row sum and
-    autograd's gradient of it (when autograd can differentiate logp), and, when logp
+    """``value_and_grad`` at the prior mean and at a point off it against logp's weighted
+    row sum and autograd's gradient of it (when autograd cannot differentiate logp: a
+    central difference along a random direction), and, when logp
     takes a leading axis of draws, against itself on two stacked draws."""
-    import autograd.numpy as anp
-    from autograd import make_vjp
     _, w = factor.rows() if factor.node.source is None else (None, None)
     fix = ("value_and_grad(*values, *data, weights) must return (the weighted sum over "
            "the rows of logp, [its gradient in each value]) (docs/api.md)")
@@ -55,21 +54,13 @@ def check_value_and_grad(factor, one, data, where):
         raise ValueError(f"{where}: value_and_grad returned a total of shape {total.shape} "
                          f"and gradients of shapes {[g.shape for g in grads]}; want () and "
                          f"{shapes}: {fix}")
-    try:
-        vjp, v = make_vjp(lambda a: factor._totals(list(a), data, w, anp))(tuple(one))
-        auto = [np.asarray(g, dtype=float) for g in vjp(1.0)]
-    except Exception:  # noqa: BLE001 -- logp not differentiable by autograd: value checked
-        v, auto = factor._totals(one, data, w, anp), None
-    v = float(v)
-    if not np.isclose(float(total), v, rtol=1e-8, atol=1e-8):
-        raise ValueError(f"{where}: value_and_grad's total {float(total)!r} differs from the "
-                         f"weighted row sum of logp {v!r} at the prior mean; {fix}")
-    for p, g, a in zip(factor.parents, grads, auto or []):
-        tol = 1e-6 * max(1.0, float(np.max(np.abs(a), initial=0.0)))
-        if not np.all(np.abs(g - a) <= tol):
-            raise ValueError(f"{where}: value_and_grad's gradient in {p.name} differs from "
-                             f"autograd's gradient of logp at the prior mean by up to "
-                             f"{float(np.max(np.abs(g - a))):.3g}; {fix}")
+    # at the prior mean, and at a point moved off it (a gradient right only at the prior
+    # mean, w = 0 say, would pass the first check alone)
+    rng = np.random.default_rng(0)
+    moved = [x + 0.1 * rng.standard_normal(x.shape) * np.maximum(1.0, np.abs(x)) for x in one]
+    for at, point, first in (("the prior mean", one, (total, grads)),
+                             ("a point off the prior mean", moved, None)):
+        _compare_value_and_grad(factor, point, data, w, where, fix, at, first)
     if factor._batched([x[None] for x in one], data):
         two = [np.stack([x, x]) for x in one]
         with np.errstate(all="ignore"):
@@ -79,3 +70,61 @@ def check_value_and_grad(factor, one, data, where):
                              f"value_and_grad returned shapes {total2.shape} and "
                              f"{[g.shape for g in grads2]} for 2 draws; it must take the "
                              f"same axis (or pass vectorized=False)")
+
+
+def _compare_value_and_grad(factor, point, data, w, where, fix, at, got=None):
+    """``value_and_grad`` at ``point`` against logp's weighted row sum and autograd's
+    gradient (a central difference when autograd cannot differentiate logp). A point
+    where logp is not finite is skipped (only the prior mean must be finite)."""
+    import autograd.numpy as anp
+    from autograd import make_vjp
+    if got is None:
+        try:
+            with np.errstate(all="ignore"):
+                got = factor.user_value_and_grad(point, data, w)
+        except Exception as err:  # noqa: BLE001 -- the user's function
+            raise ValueError(f"{where}: value_and_grad failed at {at} ({type(err).__name__}: "
+                             f"{err}); {fix}") from None
+    total, grads = got
+    try:
+        with np.errstate(all="ignore"):
+            vjp, v = make_vjp(lambda a: factor._totals(list(a), data, w, anp))(tuple(point))
+            auto = [np.asarray(g, dtype=float) for g in vjp(1.0)]
+    except Exception:  # noqa: BLE001 -- logp not differentiable by autograd: value checked
+        with np.errstate(all="ignore"):
+            v, auto = factor._totals(point, data, w, anp), None
+    v = float(v)
+    if not np.isfinite(v) and at != "the prior mean":
+        return
+    if not np.isclose(float(total), v, rtol=1e-8, atol=1e-8):
+        raise ValueError(f"{where}: value_and_grad's total {float(total)!r} differs from the "
+                         f"weighted row sum of logp {v!r} at {at}; {fix}")
+    if auto is None:
+        _central_difference(factor, point, data, w, grads, where, fix, at)
+    for p, g, a in zip(factor.parents, grads, auto or []):
+        tol = 1e-6 * max(1.0, float(np.max(np.abs(a), initial=0.0)))
+        if not np.all(np.abs(g - a) <= tol):
+            raise ValueError(f"{where}: value_and_grad's gradient in {p.name} differs from "
+                             f"autograd's gradient of logp at {at} by up to "
+                             f"{float(np.max(np.abs(g - a))):.3g}; {fix}")
+
+
+def _central_difference(factor, point, data, w, grads, where, fix, at):
+    """The gradient along a random direction d against (f(x + h d) - f(x - h d)) / 2h,
+    f logp's weighted row sum (to 1e-4 relative: the difference's own error)."""
+    import autograd.numpy as anp
+    rng = np.random.default_rng(1)
+    d = [rng.standard_normal(x.shape) for x in point]
+    scale = max(1.0, max(float(np.max(np.abs(x), initial=0.0)) for x in point))
+    h = 1e-5 * scale
+    with np.errstate(all="ignore"):
+        up = float(factor._totals([x + h * e for x, e in zip(point, d)], data, w, anp))
+        down = float(factor._totals([x - h * e for x, e in zip(point, d)], data, w, anp))
+    if not (np.isfinite(up) and np.isfinite(down)):
+        return
+    want = (up - down) / (2 * h)
+    got = sum(float(np.sum(g * e)) for g, e in zip(grads, d))
+    if not np.isclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, abs(want))):
+        raise ValueError(f"{where}: value_and_grad's gradient along a random direction is "
+                         f"{got:.6g} at {at}, but the central difference of logp gives "
+                         f"{want:.6g}; {fix}")
