@@ -393,8 +393,9 @@ class Potential(Stochastic):
     The gradients of the Stein messages and of fit("adam"/"ogn"/"vogn"/"ivon") then come
     from it instead of autograd's trace of logp (logp still gives the values and the
     Hessians of point masses). At the start of each fit it is checked against logp
-    (the total to 1e-8) and autograd's gradient of logp (to 1e-6 relative) at the
-    prior mean: a mismatch is a ValueError naming the node."""
+    (the total to 1e-8) and autograd's gradient of logp (to 1e-6 relative; a central
+    difference when autograd cannot trace logp) at the prior mean and at a point off it:
+    a mismatch is a ValueError naming the node."""
 
     def __init__(self, logp, *parents, data=None, mask=None, weights=None, name=None,
                  samples=None, seed=0, vectorized=None, per_row=None, value_and_grad=None):

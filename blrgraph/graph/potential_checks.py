@@ -43,12 +43,7 @@ def check_value_and_grad(factor, one, data, where):
     _, w = factor.rows() if factor.node.source is None else (None, None)
     fix = ("value_and_grad(*values, *data, weights) must return (the weighted sum over "
            "the rows of logp, [its gradient in each value]) (docs/api.md)")
-    try:
-        with np.errstate(all="ignore"):
-            total, grads = factor.user_value_and_grad(one, data, w)
-    except Exception as err:  # noqa: BLE001 -- the user's function
-        raise ValueError(f"{where}: value_and_grad failed at the start ({type(err).__name__}: "
-                         f"{err}); {fix}") from None
+    total, grads = _user_call(factor, one, data, w, where, fix, "the start")
     shapes = [x.shape for x in one]
     if total.shape != () or [g.shape for g in grads] != shapes:
         raise ValueError(f"{where}: value_and_grad returned a total of shape {total.shape} "
@@ -58,9 +53,11 @@ def check_value_and_grad(factor, one, data, where):
     # mean, w = 0 say, would pass the first check alone)
     rng = np.random.default_rng(0)
     moved = [x + 0.1 * rng.standard_normal(x.shape) * np.maximum(1.0, np.abs(x)) for x in one]
-    for at, point, first in (("the prior mean", one, (total, grads)),
-                             ("a point off the prior mean", moved, None)):
-        _compare_value_and_grad(factor, point, data, w, where, fix, at, first)
+    _compare_value_and_grad(factor, one, (total, grads), data, w, where, fix,
+                            "the prior mean", moved=False)
+    _compare_value_and_grad(factor, moved, _user_call(factor, moved, data, w, where, fix,
+                                                      "a point off the prior mean"),
+                            data, w, where, fix, "a point off the prior mean", moved=True)
     if factor._batched([x[None] for x in one], data):
         two = [np.stack([x, x]) for x in one]
         with np.errstate(all="ignore"):
@@ -72,19 +69,24 @@ def check_value_and_grad(factor, one, data, where):
                              f"same axis (or pass vectorized=False)")
 
 
-def _compare_value_and_grad(factor, point, data, w, where, fix, at, got=None):
-    """``value_and_grad`` at ``point`` against logp's weighted row sum and autograd's
-    gradient (a central difference when autograd cannot differentiate logp). A point
-    where logp is not finite is skipped (only the prior mean must be finite)."""
+def _user_call(factor, point, data, w, where, fix, at):
+    """(total, gradients) of the user's ``value_and_grad`` at ``point``; an exception in
+    it is a ValueError naming the node, the point and the fix."""
+    try:
+        with np.errstate(all="ignore"):
+            return factor.user_value_and_grad(point, data, w)
+    except Exception as err:  # noqa: BLE001 -- the user's function
+        raise ValueError(f"{where}: value_and_grad failed at {at} ({type(err).__name__}: "
+                         f"{err}); {fix}") from None
+
+
+def _compare_value_and_grad(factor, point, got, data, w, where, fix, at, moved):
+    """``got`` = (total, gradients) of ``value_and_grad`` at ``point`` against logp's
+    weighted row sum and autograd's gradient (a central difference when autograd cannot
+    differentiate logp). A ``moved`` point where logp is not finite is skipped (only the
+    prior mean must be finite)."""
     import autograd.numpy as anp
     from autograd import make_vjp
-    if got is None:
-        try:
-            with np.errstate(all="ignore"):
-                got = factor.user_value_and_grad(point, data, w)
-        except Exception as err:  # noqa: BLE001 -- the user's function
-            raise ValueError(f"{where}: value_and_grad failed at {at} ({type(err).__name__}: "
-                             f"{err}); {fix}") from None
     total, grads = got
     try:
         with np.errstate(all="ignore"):
@@ -94,7 +96,7 @@ def _compare_value_and_grad(factor, point, data, w, where, fix, at, got=None):
         with np.errstate(all="ignore"):
             v, auto = factor._totals(point, data, w, anp), None
     v = float(v)
-    if not np.isfinite(v) and at != "the prior mean":
+    if moved and not np.isfinite(v):
         return
     if not np.isclose(float(total), v, rtol=1e-8, atol=1e-8):
         raise ValueError(f"{where}: value_and_grad's total {float(total)!r} differs from the "
