@@ -159,14 +159,19 @@ class Constant(Node):
     def moments(self):
         return self._moments
 
+    def moment_plates(self):
+        """The plate shape of the moments it publishes: its own plates, or more when its
+        location shift c varies where the value does not (T(value - c) per row)."""
+        m = self._moments[0]
+        return np.shape(m)[:np.ndim(m) - self.provides.event_ndims[0]]
+
     def restrict(self, rows, cut, source_rows=None):
         """One value per row (a prior mean per data point): the rows' values. A constant
         whose value is not per row (a scalar, one value per column, plates (1,)) but whose
         T(value - c) is (its location shift c is) keeps its value and plates; its moments
         are cut."""
         state = {"plates": self.plates, "value": self.value, "_moments": self._moments}
-        m = self._moments[0]
-        batch = np.shape(m)[:np.ndim(m) - self.provides.event_ndims[0]]
+        batch = self.moment_plates()
         if self.plates and len(self.plates) == len(batch) and self.plates[0] == batch[0]:
             state.update(super().restrict(rows, cut))
             self.value = cut(self.value, rows)

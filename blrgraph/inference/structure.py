@@ -168,8 +168,7 @@ def _on_first_axis(X, nb):
 def _rows_in_moments(X, const):
     """Do the moments ``const`` publishes carry ``X``'s first plate axis (a constant
     without plates whose location shift is per row)?"""
-    m = const.moments()[0]
-    batch = np.shape(m)[:np.ndim(m) - const.provides.event_ndims[0]]
+    batch = const.moment_plates()
     plates = tuple(X.plates)
     return bool(plates) and len(batch) == len(plates) and batch[0] == plates[0] != 1
 
