@@ -479,6 +479,12 @@ class Stochastic(Node):
         return f.message_terms(slots[0], self.child_data(), u, self.message_weight(parent),
                                parent.plates)
 
+    def prior_is_fixed(self):
+        """Are the factor's parents all fixed (constants, data), so that lam0 stays the
+        same for a whole fit?"""
+        return all(p.observed or not (p.stochastic or p.deterministic)
+                   for p in self.factor.parents)
+
     def prior_natural(self):
         """lam0: the factor's natural parameters at the parents' moments, broadcast to the
         node's plates. A prior whose parents are all fixed (constants, data) is kept while
@@ -493,7 +499,7 @@ class Stochastic(Node):
         nat = f.prior_natural(u)
         out = tuple(np.broadcast_to(a, self.plates + np.shape(a)[np.ndim(a) - k:])
                     for a, k in zip(nat, self.family.event_ndims))
-        if all(p.observed or not (p.stochastic or p.deterministic) for p in f.parents):
+        if self.prior_is_fixed():
             # the factor held weakly: f.node is the key, so a strong reference would keep
             # the node (and a model built but never fitted) alive in the weak dictionary
             _PRIOR_MEMO[self] = (weakref.ref(f), self.plates, u, out)

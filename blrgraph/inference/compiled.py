@@ -40,6 +40,11 @@ _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduc
 ENABLED = True
 
 
+def _plus(total, m):
+    """A sum of message tuples, None for none so far."""
+    return m if total is None else tuple(a + b for a, b in zip(total, m))
+
+
 class Route:
     """The messages of one child to one parent: the child's factor, the slots the parent
     fills, and for observed data the factor's own resolved messages (``route``)."""
@@ -63,12 +68,12 @@ class Route:
         if self.fns is not None:
             for fn in self.fns:
                 m = fn(u)
-                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+                total = _plus(total, m)
             return total
         x = self.child.child_data()   # a latent child: its moments, read when asked
         for i in self.slots:
             m = f.message(i, x, u, None, self.target)
-            total = m if total is None else tuple(a + b for a, b in zip(total, m))
+            total = _plus(total, m)
         return total
 
 
@@ -106,10 +111,6 @@ def _moving_target(node, total):
                               for a, k in zip(lam0[len(total):], node.family.event_ndims[len(total):]))
 
 
-def _fixed_parents(node):
-    return all(p.observed or not (p.stochastic or p.deterministic) for p in node.factor.parents)
-
-
 class NodeStep:
     """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
     kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
@@ -118,7 +119,7 @@ class NodeStep:
 
     def __init__(self, node, routes):
         self.node, self.routes = node, routes
-        self.lam0 = node.prior_natural() if _fixed_parents(node) else None
+        self.lam0 = node.prior_natural() if node.prior_is_fixed() else None
         self.compact0 = None if self.lam0 is None else [compact(a) for a in self.lam0]
         self.last = None   # the last step's lam when it was its target (FusedTerm)
 
@@ -139,7 +140,7 @@ class NodeStep:
         for r in self.routes:
             m = r.message()
             if m is not None:
-                total = m if total is None else tuple(a + b for a, b in zip(total, m))
+                total = _plus(total, m)
         node, lam0 = self.node, self.lam0
         if lam0 is None:
             target = _moving_target(node, total)
@@ -161,7 +162,7 @@ class ClosedTerm:
 
     def __init__(self, node):
         self.node = node
-        fixed = _fixed_parents(node)
+        fixed = node.prior_is_fixed()
         self.lam0 = node.prior_natural() if fixed else None
         self.ea0 = self._ea0() if fixed else None
 
@@ -173,6 +174,10 @@ class ClosedTerm:
             return ea0 * math.prod(n.plates)
         return float(_sum(np.broadcast_to(ea0, n.plates), axis=None))
 
+    def expected_a0(self):
+        """E[A0]: kept when the parents are fixed, else at their current moments."""
+        return self._ea0() if self.ea0 is None else self.ea0
+
     def __call__(self):
         n = self.node
         lam, u = n.nat, n.moments()
@@ -180,7 +185,7 @@ class ClosedTerm:
         total = float(_sum(n.family.log_partition(lam), axis=None))
         for a0, a, m in zip(lam0, lam, u):
             total += float(_sum((a0 - a) * m, axis=None))
-        return total - (self._ea0() if self.ea0 is None else self.ea0)
+        return total - self.expected_a0()
 
 
 class FusedTerm:
@@ -199,9 +204,7 @@ class FusedTerm:
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        c = self.closed
-        ea0 = c._ea0() if c.ea0 is None else c.ea0
-        return float(_sum(n.family.log_partition(n.nat), axis=None)) - ea0
+        return float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
 
 
 class ObservedTerm:
