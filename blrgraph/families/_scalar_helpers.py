@@ -9,9 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from .base import object_array
-
-_F8 = np.dtype(float)
+from .base import _F8, object_array
 
 # Half-width (in standard deviations, plus a constant) of the window of
 # integers summed by :func:`_count_window`.  The tails beyond it are

@@ -19,6 +19,8 @@ try:   # np.einsum without optimize= is this C function behind a Python wrapper
 except ImportError:   # (numpy < 2)
     einsum = np.einsum
 
+_F8 = np.dtype(float)   # (compared on hot paths, where np.asarray would cost a call)
+
 
 class ExponentialFamily:
     """Base class: subclasses implement the methods below.
@@ -250,9 +252,6 @@ def inner(a, b, event_ndims):
             prod = prod.sum(axis=tuple(range(-k, 0)))
         total = total + prod
     return total
-
-
-_F8 = np.dtype(float)
 
 
 def plates_of(nat, event_ndims):

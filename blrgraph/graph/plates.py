@@ -12,14 +12,13 @@ import string
 import numpy as np
 import scipy.sparse as sp
 
+# np.einsum without a path: its C function, without the Python wrapper (families/base.py)
+from ..families.base import _F8, einsum as _c_einsum
+
 try:   # numpy >= 2.3: einsum's own pairwise step (matmul) for a contraction path
     from numpy._core.einsumfunc import bmm_einsum as _pairwise
 except ImportError:   # (older numpy: np.einsum(..., optimize=path) as a whole)
     _pairwise = None
-try:   # np.einsum without a path is this C function behind a Python wrapper
-    from numpy._core.multiarray import c_einsum as _c_einsum
-except ImportError:   # (numpy < 2)
-    _c_einsum = np.einsum
 
 
 def broadcast_plates(*shapes):
@@ -66,7 +65,6 @@ def _squeeze(arr, keep, n_event):
 #: each), without re-deriving the steps from the path on every call (~50 us)
 _PATHS = {}
 DIRECT_FLOPS = 1e6
-_F8 = np.dtype(float)
 
 
 def _einsum(expr, arrays):
