@@ -32,8 +32,12 @@ import numpy as np  # noqa: E402
 import bench_gmm as G  # noqa: E402
 
 
-def run_blrgraph(X, K, pri, sweeps, seed, jobs, blas1=False):
-    """``blas1``: the whole fit with BLAS held at one thread (threadpoolctl)."""
+def run_blrgraph(X, K, pri, sweeps, seed, jobs, blas1=False, partitions=False):
+    """``blas1``: the whole fit with BLAS held at one thread (threadpoolctl);
+    ``partitions``: the rows in partitions (the generic sweep), not the compiled sweep's
+    row kernels over the threads."""
+    from blrgraph.inference import compiled
+    compiled.ENABLED = not partitions
     model, nodes = G.build_blrgraph(X, K, pri)
     r0 = G.initial_resp(X.shape[0], K, seed)
     cb, stamps, cpu = C.sweep_clock()
@@ -56,7 +60,8 @@ def main(argv=None):
     ap.add_argument("--dim", type=int, default=10)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--jobs", default="1,2",
-                    help="n_jobs of each run; '1b': n_jobs=1 with BLAS held at one thread")
+                    help="n_jobs of each run; '1b': n_jobs=1 with BLAS held at one thread; "
+                         "'2p': n_jobs=2 with the rows in partitions (the generic sweep)")
     ap.add_argument("--sweeps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-sklearn", action="store_true")
@@ -69,9 +74,10 @@ def main(argv=None):
     rows, out = [], {"N": N, "D": D, "K": K, "runs": {}}
     base = None
     for spec in a.jobs.split(","):
-        j, blas1 = int(spec.rstrip("b")), spec.endswith("b")
-        r = run_blrgraph(X, K, pri, a.sweeps, a.seed, j, blas1)
-        name = f"blrgraph n_jobs={j}" + (", BLAS 1 thread" if blas1 else "")
+        j, blas1, parts = int(spec.rstrip("bp")), spec.endswith("b"), spec.endswith("p")
+        r = run_blrgraph(X, K, pri, a.sweeps, a.seed, j, blas1, parts)
+        name = f"blrgraph n_jobs={j}" + (", BLAS 1 thread" if blas1 else "") + \
+            (", rows in partitions" if parts else "")
         out["runs"][name] = {k: v for k, v in r.items() if k != "trace"}
         if base is None:
             base = r

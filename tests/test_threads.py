@@ -5,13 +5,15 @@ partitions fitted in threads, a GMM, an HMM and LDA take the same steps: the sam
 trace, the same number of sweeps and the same posteriors, up to the order of the sums
 (1e-12 relative), from the same start; a symmetric saddle point is found and split through
 the partitions with the same draws."""
+import threading
 import warnings
 
 import numpy as np
 import pytest
 
 import blrgraph as bg
-from blrgraph.inference import threads
+from blrgraph import rowsplit
+from blrgraph.inference import compiled, threads
 from helpers_models import gmm_model, lda_model
 
 
@@ -32,8 +34,24 @@ def _gmm_data(N=900, seed=0):
     return means[rng.integers(0, 3, N)] + rng.normal(size=(N, 2))
 
 
+@pytest.fixture(params=["partitions", "split"])
+def route(request, monkeypatch):
+    """A batch VMP fit that the compiled sweep runs splits its row kernels over the
+    threads (rowsplit.py; here from 200 rows a block); with the compiled sweep off, the
+    rows go to partitions. Yields the route and the list of the split's calls."""
+    calls = []
+    if request.param == "partitions":
+        monkeypatch.setattr(compiled, "ENABLED", False)
+    else:
+        monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+        run = rowsplit.RowSplit.run
+        monkeypatch.setattr(rowsplit.RowSplit, "run",
+                            lambda self, fn, b: calls.append(len(b) - 1) or run(self, fn, b))
+    return request.param, calls
+
+
 @pytest.mark.parametrize("method,jobs", [("vmp", 2), ("vmp", 3), ("em", 2), ("map", 2)])
-def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs):
+def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs, route):
     X = _gmm_data()
     ref = gmm_model(X)
     f1 = ref.fit(method, seed=0, n_jobs=1, max_iter=40)
@@ -41,6 +59,27 @@ def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs):
     f2 = m.fit(method, seed=0, n_jobs=jobs, max_iter=40)
     assert f1.n_iter >= 3
     _close(f1, ref, f2, m, ("pi", "theta", "z"))
+    kind, calls = route
+    if kind == "split" and method == "vmp":   # three kernels a sweep, each over the threads
+        assert len(calls) == 3 * f2.n_iter and set(calls) == {jobs}
+    else:                                     # (EM's point masses: the generic sweep)
+        assert not calls
+
+
+def test_the_split_kernels_release_their_threads_and_blas(monkeypatch):
+    """After a fit whose compiled sweep split its rows, the split's threads are gone and
+    BLAS is back at its limits; the partitions were never built."""
+    from threadpoolctl import threadpool_info
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    before = [i["num_threads"] for i in threadpool_info()]
+    seen = []
+    m = gmm_model(_gmm_data())
+    m.fit("vmp", seed=0, n_jobs=2, max_iter=5, tol=0, callback=lambda it, L: seen.append(
+        ([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"],
+         [t.name for t in threading.enumerate() if t.name.startswith("blrgraph-rows")])) and False)
+    assert len(seen) == 5 and all(set(b) == {1} and t for b, t in seen)
+    assert [i["num_threads"] for i in threadpool_info()] == before
+    assert not [t for t in threading.enumerate() if t.name.startswith("blrgraph-rows")]
 
 
 def test_the_partitions_are_used_and_released():
@@ -177,7 +216,7 @@ def test_pca_with_rotations_runs_in_one_thread_and_equals_n_jobs_1():
     assert f2.n_iter == f1.n_iter
 
 
-def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path):
+def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path, route):
     """A callback of a fit in partitions reads the rows' q of this iterate (they are
     written back before each call): the same z means, ELBO and checkpoint as one thread
     (before, the model's z stayed at the start: 0.88 off; a checkpoint saved in the
@@ -201,6 +240,7 @@ def test_a_callback_sees_the_current_rows_and_saves_the_current_iterate(tmp_path
         assert e2 == pytest.approx(L2, rel=1e-12) and e1 == pytest.approx(L1, rel=1e-12)
     a, b = np.load(tmp_path / "ck1.npz"), np.load(tmp_path / "ck2.npz")
     np.testing.assert_allclose(b["nat/z/0"], a["nat/z/0"], rtol=1e-10, atol=1e-9)
+    assert (route[0] == "split") == bool(route[1])
 
 
 @pytest.mark.parametrize("cols,mean", [(None, 0.0), (None, np.zeros(1)), (3, 0.0),

@@ -28,6 +28,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import entr, log_softmax, rel_entr, softmax
 
+from .. import rowsplit
 from .base import ExponentialFamily, einsum
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
@@ -108,7 +109,15 @@ class Categorical(ExponentialFamily):
         memo = getattr(self, "_memo", None)
         if memo is not None and memo[0] is eta:
             return memo[1], memo[2]
-        lse, p = self._softmax(eta)
+        split = rowsplit.active(eta.shape[0]) if eta.ndim == 2 else None
+        if split is None:
+            lse, p = self._softmax(eta)
+        else:   # rows over the cores (rowsplit.py): each block with its own shift
+            lse, p = np.empty(eta.shape[:-1]), np.empty(eta.shape)
+
+            def block(a, b):
+                lse[a:b], p[a:b] = self._softmax(eta[a:b])
+            split[0].run(block, split[1])
         self._memo = (eta, lse, p)
         return lse, p
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import rowsplit
+
 #: Largest Phi (entries x P x 8 bytes) kept per observed node. Larger data keep the first
 #: rows that fit and rebuild the rest in chunks of ``_STREAM_ROWS`` rows when needed.
 MAX_BYTES = 1 << 30
@@ -185,7 +187,13 @@ class FlatStats:
         the result is the transpose of a C-ordered (m, entries) array."""
         Mt = np.ascontiguousarray(M.T)
         if self.Phi is not None:
-            return (Mt @ self._headT).T
+            split = rowsplit.active(self.E)
+            if split is None:
+                return (Mt @ self._headT).T
+            out = np.empty((M.shape[1], self.E))   # rows over the cores (rowsplit.py)
+            split[0].run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]),
+                         split[1])
+            return out.T
         out = np.empty((M.shape[1], self.E))
         for a, b, blk in self.blocks():
             np.matmul(Mt, blk.T, out=out[:, a:b])
@@ -194,7 +202,14 @@ class FlatStats:
     def tdot(self, W):
         """W^T Phi, (m, P), for W (entries, m)."""
         if self.Phi is not None:
-            return W.T @ self.Phi
+            split = rowsplit.active(self.E)
+            if split is None:
+                return W.T @ self.Phi
+            parts = split[0].run(lambda a, b: W[a:b].T @ self.Phi[a:b], split[1])
+            S = parts[0]
+            for s in parts[1:]:     # in row order
+                S += s
+            return S
         S = np.zeros((W.shape[1], self.layout.P))
         for a, b, blk in self.blocks():
             S += W[a:b].T @ blk

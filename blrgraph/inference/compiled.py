@@ -260,7 +260,7 @@ def compile_sweep(run, view):
     needed (module docstring)."""
     plan, model = run.plan, run.model
     block = plan.block
-    if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic
+    if (not ENABLED or not (type(view) is WholeData or view.rows_in_model) or plan.rows.stochastic
             or run.backtrack.active or any(u != "natural" for u in run.updates.values())
             or plan.points or plan.between_sweeps or plan.delta or run.own_objective is not None
             or any(r != 1.0 for r in run.rhos.values())

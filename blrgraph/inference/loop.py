@@ -164,7 +164,11 @@ class Run:
         if self.compiled is not None:
             if block.nodes:
                 self.local_sweeps.append(1)
-            return self.compiled.sweep(self.it)
+            split = view.row_split()   # n_jobs: its row kernels over the cores (rowsplit.py)
+            if split is None:
+                return self.compiled.sweep(self.it)
+            with split:
+                return self.compiled.sweep(self.it)
         L = self.global_step(view, evaluate=self.backtrack.active or not block.nodes)
         if block.nodes:
             if self.it == self.plan.max_iter:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import rowsplit
 from ..graph.plates import add_compact
 from .batches import Rows
 from .blr import blr_step, message_from
@@ -136,6 +137,23 @@ class ThreadView(DataView):
         self.report = None     # the last local fit's ELBO terms and counts (None: in memory)
         self.pool = self.limiter = None
         self.rounds = 0
+        self.split = None      # rowsplit.RowSplit while a compiled sweep runs the rows
+
+    @property
+    def rows_in_model(self):
+        """Until the partitions are built, every row's q is the model's own: a compiled
+        sweep (compiled.py) runs on the model and splits its row kernels instead."""
+        return self.parts is None
+
+    def row_split(self):
+        """The compiled sweep's row kernels over ``n_jobs`` threads (rowsplit.py), BLAS
+        held at one thread; None when the rows are too few to split."""
+        if self.split is None:
+            if self.structure.N < 2 * rowsplit.MIN_ROWS:
+                return None
+            self.split = rowsplit.RowSplit(len(self.rows))
+            self.limiter = _one_blas_thread()
+        return self.split
 
     # ---- the report (views.py) ------------------------------------------------------
     def messages(self, node):
@@ -186,6 +204,9 @@ class ThreadView(DataView):
     def split_tied(self, z, groups, rng):
         """Split tied components on the model's rows (the draws of one thread); the
         partitions take the split q, and the next step reads the model's rows."""
+        if self.parts is None:     # (a compiled sweep: the rows are the model's)
+            super().split_tied(z, groups, rng)
+            return
         self._pull()
         super().split_tied(z, groups, rng)
         self._push()
@@ -204,9 +225,11 @@ class ThreadView(DataView):
         """The threads, the partitions and the BLAS limit released."""
         if self.pool is not None:
             self.pool.shutdown()
+        if self.split is not None:
+            self.split.shutdown()
         if self.limiter is not None:
             self.limiter.restore_original_limits()
-        self.parts = self.pool = self.limiter = self.report = None
+        self.parts = self.pool = self.limiter = self.report = self.split = None
 
     # ---- partitions --------------------------------------------------------------------
     def _build(self):

@@ -47,6 +47,8 @@ class DataView:
     on_rows = frozenset()
     #: {node: the entries of its first axis that the view holds} (empty: every entry)
     idx = {}
+    #: every row's q is also the model's own (a sweep may run on the model directly)
+    rows_in_model = False
     #: the loop's iteration (set by the loop before each sweep)
     it = 0
 
@@ -69,6 +71,11 @@ class DataView:
         """Fit the local block to the global nodes on these rows (``update``: the local
         step); returns its sweeps."""
         return block.fit(self, update)
+
+    def row_split(self):
+        """The :class:`~blrgraph.rowsplit.RowSplit` under which a compiled sweep on these
+        rows runs its row kernels, or None (one thread)."""
+        return None
 
     def split_tied(self, z, groups, rng):
         """Share the responsibilities of tied components of ``z`` at random on these rows
