@@ -21,6 +21,11 @@ off it, fits with rotations between sweeps (they rotate the model's own local q)
 tables too small to gain (below :data:`MIN_ENTRIES` observed entries when
 ``n_jobs`` is not given) run in one thread
 (:class:`~blrgraph.inference.views.WholeData`).
+
+A fit that the compiled sweep runs (compiled.py: rho = 1, no weights, every node
+stochastic) does not build the partitions: its rows stay in the model and its row
+kernels are split over the same number of threads (:mod:`blrgraph.rowsplit`,
+:meth:`ThreadView.row_split`), which leaves the sweep one thread's to rounding.
 """
 from __future__ import annotations
 
