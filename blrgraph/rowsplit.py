@@ -65,3 +65,31 @@ def active(n):
         return None
     bounds = split.bounds(n)
     return None if bounds is None else (split, bounds)
+
+
+def add_rows(a):
+    """The sum over the first axis of ``a`` (rows), split over the active
+    :class:`RowSplit`'s threads when there is one and the rows are many; the blocks'
+    sums added in row order."""
+    split = active(a.shape[0])
+    if split is None:
+        return np.add.reduce(a, axis=0)
+    parts = split[0].run(lambda i, j: np.add.reduce(a[i:j], axis=0), split[1])
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def add(a, b):
+    """``a + b`` for ``b`` with the rows (``a`` broadcasting against them), split over
+    the active :class:`RowSplit`'s threads when there is one and the rows are many."""
+    split = active(b.shape[0]) if b.ndim >= 1 else None
+    if split is None:
+        return a + b
+    out = np.empty(np.broadcast_shapes(np.shape(a), b.shape))
+
+    def block(i, j):
+        np.add(a, b[i:j], out=out[i:j])
+    split[0].run(block, split[1])
+    return out

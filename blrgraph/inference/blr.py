@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import rowsplit
 from ..graph.plates import add_compact, compact
 
 
@@ -186,7 +187,7 @@ def _finite(a):
     if a.size <= SUM_CHECK:
         return bool(np.logical_and.reduce(np.isfinite(a), axis=None))
     with np.errstate(over="ignore", invalid="ignore"):
-        s = np.sum(a)
+        s = np.add.reduce(rowsplit.add_rows(a), axis=None)   # (rows over the cores)
     return bool(np.isfinite(s)) or bool(np.isfinite(a).all())   # (finite entries that overflow)
 
 

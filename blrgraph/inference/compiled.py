@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from .. import rowsplit
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from .blr import blr_update, target_terms
@@ -104,7 +105,7 @@ def _moving_target(node, total):
         if type(m) is np.ndarray and m.shape == shape and 0 not in m.strides and \
                 a.ndim <= m.ndim and all(x == 1 or x == y for x, y in
                                          zip(a.shape[::-1], shape[::-1])):
-            out.append(compact(a) + m)
+            out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
     return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
+from ... import rowsplit
 from ...predictive import CategoricalPredictive, DirichletMultinomial
 from ..plates import broadcast_plates, wsum
 from ...families.base import einsum
@@ -115,6 +116,8 @@ class CategoricalFactor(Conditional):
         r = x.moments[0]
         if tuple(target) == x.plates and np.shape(r) == x.plates + (K,):
             return (r if w is None else np.asarray(w)[..., None] * r,)  # nothing to sum
+        if w is None and not target and np.shape(r) == x.plates + (K,) and len(x.plates) == 1:
+            return (rowsplit.add_rows(r),)   # one prior for every row: the counts
         return (wsum(w, r, subs=("A",), out="A", target_plates=target, full_plates=x.plates),)
 
     def predictive(self, q, plates, ctx):
