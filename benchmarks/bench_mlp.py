@@ -15,7 +15,15 @@ shared machine). ``--seeds N`` (default 1): seeds 0..N-1 for both libraries
 (sklearn's random_state=s; ``mlp.build(seed=s)``: the initial weights and the CV folds,
 and the fit's and ``predict_proba``'s seed s; the split stays random_state=0), reported
 as mean ± sd over the seeds (time per epoch: the mean), and per blrgraph method on how
-many seeds each target is met (paired by seed) and whether the means meet it.
+many seeds each target is met (paired by seed) and whether the means meet it. The last
+column, the ECE floor, is the mean ECE of a perfectly calibrated predictor with the same
+probabilities on the same rows (labels drawn from its own p, :func:`ece_floor`): an ECE
+difference well inside it is noise.
+
+Part "calib" (not run by default): the reliability of the default fit on the held-out
+folds of the TRAINING rows (the build's own cross-validation folds and chosen prior; no
+test row is read): mean confidence against accuracy per bin of the top-class probability,
+pooled over ``--seeds``, and each seed's held-out accuracy, NLL, ECE and ECE floor.
 
 Part "logreg": a 20,000-row logistic regression (6 weights, prior N(0, I)): the
 built-in ``Bernoulli(logits=Dot(X, w))`` by ``fit("ncvmp")`` (the exact Gaussian-VI
@@ -25,6 +33,7 @@ the largest |mean difference| in posterior sds and the range of the sd ratios.
     python benchmarks/bench_mlp.py                   # both parts
     python benchmarks/bench_mlp.py --parts mlp --blas-threads 1
     python benchmarks/bench_mlp.py --parts mlp --blas-threads 1 --seeds 5   # mean and sd
+    python benchmarks/bench_mlp.py --parts calib --blas-threads 1 --seeds 5 # reliability, CV folds
 """
 from __future__ import annotations
 
@@ -56,10 +65,44 @@ def ece(p, y, bins=10):
     return float(total)
 
 
+def ece_floor(p, draws=1000, bins=10, seed=0):
+    """(mean, sd) of the ECE that a perfectly calibrated predictor with these
+    probabilities shows on this many rows: labels drawn from p itself (no label of the
+    rows is read), the ECE of each draw. An ECE below it is noise, not calibration."""
+    rng = np.random.default_rng(seed)
+    u = rng.random((draws, len(p), 1))
+    y = (u > p.cumsum(1)[None]).sum(-1)                # (draws, rows): y ~ Categorical(p)
+    conf, top = p.max(1), p.argmax(1)
+    hit = y == top[None]
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    total = np.zeros(draws)
+    for a, b in zip(edges[:-1], edges[1:]):
+        k = (conf > a) & (conf <= b)
+        if k.any():
+            total += k.mean() * np.abs(hit[:, k].mean(1) - conf[k].mean())
+    return float(total.mean()), float(total.std())
+
+
+def reliability(p, y, bins=10):
+    """Rows (bin, rows, mean confidence, accuracy, accuracy - confidence) of the top-class
+    probability in equal-width bins, and a last row over every row."""
+    conf, acc = p.max(1), p.argmax(1) == y
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        k = (conf > a) & (conf <= b)
+        if k.any():
+            out.append([f"({a:.1f}, {b:.1f}]", int(k.sum()), f"{conf[k].mean():.4f}",
+                        f"{acc[k].mean():.4f}", f"{acc[k].mean() - conf[k].mean():+.4f}"])
+    out.append(["all", len(y), f"{conf.mean():.4f}", f"{acc.mean():.4f}",
+                f"{acc.mean() - conf.mean():+.4f}"])
+    return out
+
+
 def scores(p, y):
     return {"acc": float(np.mean(p.argmax(1) == y)),
             "nll": float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)))),
-            "ece": ece(p, y)}
+            "ece": ece(p, y), "ece_floor": ece_floor(p)[0]}
 
 
 def tables():
@@ -114,7 +157,8 @@ def _mlp_one_seed(name, Xtr, Xte, ytr, yte, seed):
                        "epoch_s": e_sk, "cpu_epoch_s": c_sk}}
     rows.append([name, "sklearn MLPClassifier (adam)", f"{rec['sklearn']['acc']:.4f}",
                  f"{rec['sklearn']['nll']:.4f}", f"{rec['sklearn']['ece']:.4f}",
-                 sk.n_iter_, C.fmt_t(e_sk), "1", C.fmt_t(c_sk), "1", "-"])
+                 sk.n_iter_, C.fmt_t(e_sk), "1", C.fmt_t(c_sk), "1", "-",
+                 f"{rec['sklearn']['ece_floor']:.4f}"])
     t = time.perf_counter()
     model = mlp.build((Xtr, ytr), hidden=(32,), standardize=False, seed=seed)  # the prior by CV
     t_cv = time.perf_counter() - t
@@ -142,8 +186,51 @@ def _mlp_one_seed(name, Xtr, Xte, ytr, yte, seed):
         rows.append([name, f"blrgraph mlp, fit({method!r})", f"{sc['acc']:.4f}",
                      f"{sc['nll']:.4f}", f"{sc['ece']:.4f}", opts["epochs"], C.fmt_t(e_b),
                      f"{e_b / e_sk:.2f}", C.fmt_t(c_b), f"{c_b / c_sk:.2f}",
-                     C.fmt_t(t_cv) if method == mlp.DEFAULT_METHOD else "-"])
+                     C.fmt_t(t_cv) if method == mlp.DEFAULT_METHOD else "-",
+                     f"{sc['ece_floor']:.4f}"])
     return rows, rec
+
+
+def part_calib(seeds=1):
+    """Reliability of the default fit on the cross-validation folds of the TRAINING rows
+    (no test row is read): for seeds s = 0..seeds-1, ``mlp.build(seed=s)`` chooses the
+    prior; on each of its folds (``mlp.cv_folds``, the build's own) the default method
+    with ``fit_options`` and seed s is fitted on the other folds with that prior, and
+    ``predict_proba(seed=s)`` predicts the held-out rows. Pooled over the seeds: mean
+    confidence and accuracy per bin; per seed: the held-out accuracy, NLL, ECE and the
+    ECE floor (:func:`ece_floor`)."""
+    from blrgraph.zoo import mlp
+    rows, out = [], []
+    for name, (Xtr, _, ytr, _) in tables().items():
+        K = int(ytr.max()) + 1
+        P_all, per_seed = [], []
+        for s in range(seeds):
+            prior = mlp.build((Xtr, ytr), hidden=(32,), standardize=False,
+                              seed=s).meta["prior_precision"]
+            fold = mlp.cv_folds(np.eye(K)[ytr], "classification", s)
+            P = np.zeros((len(ytr), K))
+            for k in range(mlp.CV_FOLDS):
+                tr, te = fold != k, fold == k
+                sub = mlp.build((Xtr[tr], ytr[tr]), hidden=(32,), standardize=False,
+                                prior_precision=prior, seed=s)
+                fit = sub.fit(mlp.DEFAULT_METHOD, seed=s, **sub.meta["fit_options"])
+                P[te] = mlp.predict_proba(fit, Xtr[te], seed=s)
+            sc = scores(P, ytr)
+            per_seed.append({"seed": s, "prior": prior, **sc,
+                             "mean_confidence": float(P.max(1).mean())})
+            P_all.append(P)
+            print(f"{name} seed {s} (prior {prior:g}), held-out folds of the training rows: "
+                  f"accuracy {sc['acc']:.4f}, mean confidence {P.max(1).mean():.4f}, NLL "
+                  f"{sc['nll']:.4f}, ECE {sc['ece']:.4f} (floor {sc['ece_floor']:.4f})",
+                  flush=True)
+        table = reliability(np.concatenate(P_all), np.tile(ytr, seeds))
+        rows += [[name] + r for r in table]
+        out.append({"table": name, "seeds": per_seed, "reliability": table})
+    return rows, out
+
+
+HEAD_CALIB = ["table", "confidence bin", "rows (all seeds)", "mean confidence", "accuracy",
+              "accuracy - confidence"]
 
 
 def _mean_sd(v):
@@ -163,7 +250,7 @@ def seed_summary(name, rec):
     rows = [[name, "sklearn MLPClassifier (adam)"] +
             [_mean_sd([r[k] for r in sk]) for k in ("acc", "nll", "ece")] +
             [f"{np.mean([r['epochs'] for r in sk]):.0f}", C.fmt_t(e_sk), "1",
-             C.fmt_t(c_sk), "1", "-"]]
+             C.fmt_t(c_sk), "1", "-", _mean_sd([r["ece_floor"] for r in sk])]]
     rec["targets"] = {}
     methods = [k for k in runs[0] if k not in ("table", "N", "seed", "sklearn", "prior")]
     for method in methods:
@@ -176,7 +263,7 @@ def seed_summary(name, rec):
                     [f"{np.mean([r['epochs'] for r in ours]):.0f}", C.fmt_t(e_b),
                      f"{e_b / e_sk:.2f}", C.fmt_t(c_b), f"{c_b / c_sk:.2f}",
                      C.fmt_t(np.mean([r["prior"]["build_s"] for r in runs])) if first
-                     else "-"])
+                     else "-", _mean_sd([r["ece_floor"] for r in ours])])
         met = {"acc": [o["acc"] >= s["acc"] - 0.01 for o, s in zip(ours, sk)],
                "nll": [o["nll"] < s["nll"] for o, s in zip(ours, sk)],
                "ece": [o["ece"] < s["ece"] for o, s in zip(ours, sk)]}
@@ -205,7 +292,7 @@ HEAD_TARGETS = ["table", "blrgraph", "accuracy >= sklearn's - 0.01: seeds met; m
 
 HEAD_MLP = ["table", "model", "test accuracy", "test NLL", "ECE", "epochs", "time / epoch",
             "epoch cost / sklearn's", "CPU / epoch", "CPU epoch cost / sklearn's",
-            "build (prior by CV)"]
+            "build (prior by CV)", "ECE floor"]
 
 
 def logistic_rows(w, X, y):
@@ -273,6 +360,12 @@ def main():
         if TARGET_ROWS:
             print()
             print(C.md_table(HEAD_TARGETS, TARGET_ROWS))
+    if "calib" in parts:
+        rows, result["calib"] = part_calib(args.seeds)
+        print()
+        print(f"Reliability on the held-out folds of the training rows, seeds "
+              f"0..{args.seeds - 1} pooled:")
+        print(C.md_table(HEAD_CALIB, rows))
     if "logreg" in parts:
         rows, result["logreg"] = part_logreg()
         print()

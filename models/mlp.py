@@ -349,12 +349,7 @@ def _cross_validate(Xs, yy, parts, batch_size, epochs):
     draws of q (a regressor's on the standardised target)."""
     shapes, task, seed = parts[:3]
     n = len(yy)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n)
-    if task == "classification":      # stratified: each class dealt round the folds
-        order = order[np.argsort(yy[order].argmax(1), kind="stable")]
-    fold = np.empty(n, dtype=int)
-    fold[order] = np.arange(n) % CV_FOLDS
+    fold = cv_folds(yy, task, seed)
     if n < 2 * CV_FOLDS:
         raise ValueError(f"{NAME}: prior_precision='cv' needs at least {2 * CV_FOLDS} rows; "
                          f"give a number")
@@ -377,6 +372,19 @@ def _cross_validate(Xs, yy, parts, batch_size, epochs):
         raise FloatingPointError(f"{NAME}: every fit of the cross-validation overflowed; "
                                  f"standardise the inputs or give prior_precision")
     return best, scores
+
+
+def cv_folds(yy, task, seed):
+    """The fold (0 .. CV_FOLDS - 1) of each row in :func:`build`'s cross-validation: the
+    rows in an order drawn with ``seed``, a classifier's (one-hot ``yy``) stratified by
+    class (each class dealt round the folds)."""
+    n = len(yy)
+    order = np.random.default_rng(seed).permutation(n)
+    if task == "classification":
+        order = order[np.argsort(yy[order].argmax(1), kind="stable")]
+    fold = np.empty(n, dtype=int)
+    fold[order] = np.arange(n) % CV_FOLDS
+    return fold
 
 
 def _heldout_nll(model, X, y, shapes, task):

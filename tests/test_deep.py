@@ -548,6 +548,7 @@ def test_mlp_prior_precision_by_cross_validation_is_the_least_heldout_nll():
     order = order[np.argsort(y[order], kind="stable")]
     fold = np.empty(90, dtype=int)
     fold[order] = np.arange(90) % 3
+    assert np.array_equal(mlp.cv_folds(np.eye(3)[y], "classification", 0), fold)
     p0, total = mlp.PRIOR_GRID[1], 0.0
     for k in range(3):
         tr, te = fold != k, fold == k
