@@ -8,6 +8,8 @@ resolves them once (a :class:`Route` per child and slot, the fixed data a factor
 the prior natural parameters of a node whose parents are fixed) and :class:`CompiledSweep`
 replays them, calling the factors' own ``message`` and the one step
 :func:`~.blr.blr_update`; the iterates are the generic sweep's (tests/test_compiled.py).
+A deterministic child (``Dot(W, x)`` of PCA, ``Add``, a gather) is a :class:`PassRoute`:
+the routes of its own children to it, mapped back by its ``backward``.
 
 The ELBO term of a latent node whose factor declares ``closed_form_elbo`` (its expected
 log-likelihood is <E eta, E T(x)> - E[A] + E log h(x) in the node's own family) is taken
@@ -20,8 +22,10 @@ log-determinants shared with the moments). Other nodes use their ``elbo_term``.
 
 Anything the compiled sweep does not cover (minibatches, rows in threads or on Dask,
 damping or backtracking, point masses, gradient or optimizer steps, masks, counts,
-partly observed vectors, deterministic nodes, factored assignments, a local block that
-iterates) runs the generic sweep: :func:`compile_sweep` returns None.
+partly observed vectors, factored assignments, a local block that iterates) runs the
+generic sweep: :func:`compile_sweep` returns None. Steps between sweeps (the rotations
+of ``Dot(W, x)``, inference/rotations.py) run as with the generic sweep: they set q
+through ``set_natural``, which the compiled sweep reads afresh.
 """
 from __future__ import annotations
 
@@ -75,6 +79,31 @@ class Route:
             m = f.message(i, x, u, None, self.target)
             total = _plus(total, m)
         return total
+
+
+class PassRoute:
+    """The messages of a deterministic child (``Dot``, ``Add``, a gather) to one parent:
+    the routes of its own children to it, summed, mapped back by its ``backward`` (the
+    generic sweep's :func:`~.blr.message_from`, its routes resolved once)."""
+
+    __slots__ = ("child", "parent", "routes")
+
+    def __init__(self, model, child, parent):
+        self.child, self.parent = child, parent
+        self.routes = [route(model, c, child) for c in model.children[child]]
+
+    def message(self):
+        total = None
+        for r in self.routes:
+            m = r.message()
+            if m is not None:
+                total = _plus(total, m)
+        return None if total is None else self.child.backward(total, self.parent)
+
+
+def route(model, child, parent):
+    """A :class:`Route`, or a :class:`PassRoute` through a deterministic child."""
+    return PassRoute(model, child, parent) if child.deterministic else Route(child, parent)
 
 
 def _prior(node, broadcast=True):
@@ -262,7 +291,7 @@ def compile_sweep(run, view):
     block = plan.block
     if (not ENABLED or type(view) is not WholeData or plan.rows.stochastic
             or run.backtrack.active or any(u != "natural" for u in run.updates.values())
-            or plan.points or plan.between_sweeps or plan.delta or run.own_objective is not None
+            or plan.points or plan.delta or run.own_objective is not None
             or any(r != 1.0 for r in run.rhos.values())
             or (block.nodes and (block.iters != 1 or block.last))):
         return None
@@ -274,7 +303,7 @@ def compile_sweep(run, view):
     nodes = list(plan.structure.globals) + local
     if set(nodes) != set(model.latent):
         return None
-    steps = [NodeStep(n, [Route(c, n) for c in model.children[n]]) for n in nodes]
+    steps = [NodeStep(n, [route(model, c, n) for c in model.children[n]]) for n in nodes]
     terms = {}
     for n in model.stochastic:
         if n.observed:
@@ -308,9 +337,6 @@ def _plain(model):
     """Every node stochastic, no point masses, no weights (masks, counts, entries that
     integrate out), no streamed or partly observed data, no factored or mixture q."""
     from .mixture_q import mixture_of
-    for n in model.nodes:
-        if n.deterministic:
-            return False
     for n in model.stochastic:
         if n.point or n.replicates is not None or n._observed_parent_mask() is not None:
             return False
@@ -322,7 +348,4 @@ def _plain(model):
         elif n.observed_entries() is not None or n._factored is not None or \
                 mixture_of(n) is not None or n.nat is None:
             return False
-        for p in n.factor.parents:
-            if p.deterministic:
-                return False
     return True
