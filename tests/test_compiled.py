@@ -230,3 +230,20 @@ def test_products_of_latents_same_iterates(kw, compiles, monkeypatch):
     for a, b in zip(m_gen.latent, m_cmp.latent):
         for x, y in zip(a.nat, b.nat):
             np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("ard", [True, False])
+def test_pca_closed_form_terms_equal_the_nodes_terms(ard, monkeypatch):
+    """The Gamma precisions, the ARD loadings (a prior whose parents move) and the scores
+    (one covariance for every entry: the sums over the entries without their stack) take
+    the closed form, equal to the nodes' own terms."""
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    model = _pca(_pca_data(seed=8), ard=ard)
+    model.fit("vmp", max_iter=6, tol=0, n_jobs=1, seed=1, rotate=False)
+    X, W = model["X"], model["W"]
+    assert X.family.shared_covariance(X.nat) is not None
+    assert W.family.shared_covariance(W.nat) is not None
+    for n in model.latent:
+        assert n.factor.closed_form_elbo, n.name
+        got, want = compiled.ClosedTerm(n)(), n.elbo_term()
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-9), n.name

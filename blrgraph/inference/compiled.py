@@ -209,12 +209,36 @@ class ClosedTerm:
 
     def __call__(self):
         n = self.node
-        lam, u = n.nat, n.moments()
+        lam = n.nat
         lam0 = _prior(n) if self.lam0 is None else self.lam0
         total = float(_sum(n.family.log_partition(lam), axis=None))
-        for a0, a, m in zip(lam0, lam, u):
-            total += float(_sum((a0 - a) * m, axis=None))
-        return total - self.expected_a0()
+        inner = _shared_inner(n, lam0, lam)
+        if inner is None:
+            inner = 0.0
+            for a0, a, m in zip(lam0, lam, n.moments()):
+                inner += float(_sum((a0 - a) * m, axis=None))
+        return total + inner - self.expected_a0()
+
+
+def _shared_inner(node, lam0, lam):
+    """<lam0 - lam, E T> of a Gaussian q whose entries share one covariance Sigma (the
+    family's ``shared_covariance``: PCA's scores and ARD loadings) when lam0 - lam has
+    one second component for every entry: <d1, E[V]> + n <d2, Sigma> + <d2, E[V]^T E[V]>,
+    without the (entries, D, D) stack of E[v v^T] (None otherwise)."""
+    f = node.family.shared_covariance
+    parts = None if f is None or len(lam) != 2 else f(lam)
+    if parts is None:
+        return None
+    d2 = compact(lam0[1]) - compact(lam[1])
+    if any(k != 1 for k in d2.shape[:-2]):
+        return None
+    m, cov = parts
+    K = m.shape[-1]
+    d2 = d2.reshape(K, K)
+    V = m.reshape(-1, K)
+    return float(_sum((lam0[0] - lam[0]) * m, axis=None)) + \
+        V.shape[0] * float(_sum(d2 * cov.reshape(K, K), axis=None)) + \
+        float(_sum(d2 * (V.T @ V), axis=None))
 
 
 class FusedTerm:

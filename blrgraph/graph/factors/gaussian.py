@@ -359,6 +359,8 @@ class DiagonalGammaFactor(Conditional):
     plates () give one tau for every coordinate (isotropic), plates (D,) one per
     coordinate (ARD), plates (K, 1) / (K, D) one per component."""
 
+    closed_form_elbo = True   # <E eta, T(x)> - E[A] in x's MultivariateNormal family
+
     def _tau(self, u):
         lt, t = u[1]
         D = np.shape(u[0][0])[-1]
