@@ -247,3 +247,21 @@ def test_pca_closed_form_terms_equal_the_nodes_terms(ard, monkeypatch):
         assert n.factor.closed_form_elbo, n.name
         got, want = compiled.ClosedTerm(n)(), n.elbo_term()
         assert got == pytest.approx(want, rel=1e-12, abs=1e-9), n.name
+
+
+def test_pca_loadings_and_data_terms_fused(monkeypatch):
+    """W is stepped last: its term and the data's (through Dot(W, X), linear in W's
+    moments) are A(lam_W) - E[A0] + the data's rest, equal to the two terms apart."""
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    built = []
+    orig = compiled.compile_sweep
+    monkeypatch.setattr("blrgraph.inference.loop.compile_sweep",
+                        lambda run, view: built.append(orig(run, view)) or built[-1])
+    model = _pca(_pca_data(seed=9))
+    model.fit("vmp", max_iter=5, tol=0, n_jobs=1, seed=2, rotate=False)
+    fused = [t for t in built[0].terms if isinstance(t, compiled.FusedTerm)]
+    assert len(fused) == 1 and fused[0].step.node is model["W"]
+    t = fused[0]
+    apart = t.closed() + sum(c() for c in t.children)
+    assert t() == pytest.approx(apart, rel=1e-12)
+    assert apart == pytest.approx(model["W"].elbo_term() + model["Y"].elbo_term(), rel=1e-12)

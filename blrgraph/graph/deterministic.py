@@ -217,6 +217,30 @@ class Dot(Deterministic):
         return (wsum(c1, m, subs=("A",), out="A", **kw),
                 self._constant_along(c2, m, terms, parent.plates))
 
+    def backward_is_linear(self, parent):
+        """Two latent operands without location shifts: E[a] = E[w] . E[x] and
+        E[a^2] = <E[w w^T], E[x x^T]> are linear in each operand's moments."""
+        return self.X is None and parent in self.operands and not self._shifted_pair()
+
+    def _shifted_pair(self):
+        return any(_shift(n) is not None for n in (self, *self.operands))
+
+    def backward_to(self, parent):
+        """:meth:`backward` to ``parent`` with the matrix plan resolved once (its plates
+        are fixed for a fit): one coefficient c2 for every cell goes straight to the
+        plan's products, anything else through :meth:`backward`."""
+        plan = plan_of(self) if self.X is None else None
+        if plan is None:
+            return super().backward_to(parent)
+        i = 0 if parent is self.operands[0] else 1
+
+        def back(msg):
+            c1, c2 = msg
+            if np.ndim(c2) != 0:
+                return self.backward(msg, parent)
+            return plan.message(self, c1, float(c2), i)
+        return back
+
     def _constant_along(self, c, m, terms, target):
         """sum c E[other other^T] (the sum of ``terms``, :func:`_second_terms`) reduced to
         ``target`` (the parent's plates). A parent axis along which neither c nor the

@@ -86,10 +86,10 @@ class PassRoute:
     the routes of its own children to it, summed, mapped back by its ``backward`` (the
     generic sweep's :func:`~.blr.message_from`, its routes resolved once)."""
 
-    __slots__ = ("child", "parent", "routes")
+    __slots__ = ("child", "parent", "back", "routes")
 
     def __init__(self, model, child, parent):
-        self.child, self.parent = child, parent
+        self.child, self.parent, self.back = child, parent, child.backward_to(parent)
         self.routes = [route(model, c, child) for c in model.children[child]]
 
     def message(self):
@@ -98,7 +98,7 @@ class PassRoute:
             m = r.message()
             if m is not None:
                 total = _plus(total, m)
-        return None if total is None else self.child.backward(total, self.parent)
+        return None if total is None else self.back(total)
 
 
 def route(model, child, parent):
@@ -243,21 +243,44 @@ def _shared_inner(node, lam0, lam):
 
 class FusedTerm:
     """The ELBO terms of the sweep's last-stepped node and of its children whose terms
-    are <their message, E T(node)> (``Conditional.term_is_message``: a mixture's data
-    and its assignments z): with lam = lam0 + those messages (this sweep's step at
-    rho = 1, nothing changed since) they add up to A(lam) - E[A0] (for z: the sum of
-    the log-sum-exps of its softmax). Otherwise the terms one by one."""
+    are <their message, E T(node)> + a rest that does not depend on the node
+    (``Conditional.term_rest``; 0 when ``term_is_message``: a mixture's data and its
+    assignments z; the Normal data of PCA's ``Dot(W, x)``, through the product, whose
+    moments are linear in W's): with lam = lam0 + those messages (this sweep's step at
+    rho = 1, nothing changed since) they add up to A(lam) - E[A0] + the rests (for z:
+    the sum of the log-sum-exps of its softmax). Otherwise the terms one by one."""
 
-    __slots__ = ("step", "closed", "children")
+    __slots__ = ("step", "closed", "children", "rests")
 
-    def __init__(self, step, closed, children):
-        self.step, self.closed, self.children = step, closed, children
+    def __init__(self, step, closed, children, rests=()):
+        self.step, self.closed, self.children, self.rests = step, closed, children, rests
 
     def __call__(self):
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        return float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
+        total = float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
+        for factor, rest in self.rests:
+            total += rest(_LazyMoments(factor.parents))
+        return total
+
+
+def _rest(r):
+    """(the observed child, its factor's ``term_rest``) for a route whose child's ELBO
+    term is <the route's message, E T(node)> + that rest, else None: an observed child
+    filling one slot, directly or through one deterministic node whose ``backward`` is
+    linear in the node's moments and which has that child alone."""
+    if type(r) is PassRoute:
+        d = r.child
+        if len(r.routes) != 1 or type(r.routes[0]) is not Route or \
+                not d.backward_is_linear(r.parent):
+            return None
+        r = r.routes[0]
+    c = r.child
+    if not c.observed or len(r.slots) != 1:
+        return None
+    rest = c.factor.term_rest(r.slots[0], c.child_data())
+    return None if rest is None else (c, rest)
 
 
 class ObservedTerm:
@@ -337,11 +360,11 @@ def compile_sweep(run, view):
         else:
             terms[n] = n.elbo_term
     last = steps[-1]
-    kids = model.children[last.node]
-    if isinstance(terms[last.node], ClosedTerm) and kids and all(
-            c.observed and len(r.slots) == 1 and c.factor.term_is_message(r.slots[0])
-            for c, r in zip(kids, last.routes)):
-        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c in kids])
+    rests = [_rest(r) for r in last.routes]
+    if isinstance(terms[last.node], ClosedTerm) and rests and all(rests) and \
+            len({c for c, _ in rests}) == len(rests):
+        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c, _ in rests],
+                                     [(c.factor, rest) for c, rest in rests])
     k = len(plan.structure.globals)
     return CompiledSweep(model, steps[:k], steps[k:], list(terms.values()))
 
