@@ -98,8 +98,8 @@ class NormalFactor(Conditional):
                 got = sums(None, x1, target, plates)
                 if got is None:
                     return self.message(1, x, u, None, target)
-                s1, s2 = got
-                return (half_n, -0.5 * (sx2 - 2.0 * s1 + s2))
+                s1, s2 = got   # (arrays: lam0 + the message is one sum, blr.target_from)
+                return (np.asarray(half_n), np.asarray(-0.5 * (sx2 - 2.0 * s1 + s2)))
             return to_precision
         return super().route(i, x, target)
 
