@@ -181,12 +181,12 @@ class Dot(Deterministic):
             return None
         plan = _plan(self, coef)
         same = tuple(plates) == self.plates or broadcast_plates(self.plates, plates) == self.plates
-        if plan is not None and same and not any(n > 1 for n in target_plates):
+        if plan is not None and same and (not target_plates or max(target_plates) == 1):
             s1, s2 = plan.sums(self, y, second)   # one number c for every cell: c x the sums
             c = 1.0 if coef is None else float(coef)
             shape = tuple(target_plates)
-            return (None if s1 is None else np.full(shape, c * s1),
-                    None if s2 is None else np.full(shape, c * s2))
+            full = np.asarray if not shape else lambda v: np.full(shape, v)
+            return (None if s1 is None else full(c * s1), None if s2 is None else full(c * s2))
         key = (tuple(_operand_state(p) for p in self.operands), coef, y,
                tuple(target_plates), tuple(plates), second)
         memo = _SUMS_MEMO.get(self)
