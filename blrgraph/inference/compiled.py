@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from ..families.base import ExponentialFamily
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from .blr import blr_update, target_terms
@@ -211,34 +212,40 @@ class ClosedTerm:
         n = self.node
         lam = n.nat
         lam0 = _prior(n) if self.lam0 is None else self.lam0
+        shared = _shared_term(n, lam0, lam)
+        if shared is not None:
+            return shared - self.expected_a0()
         total = float(_sum(n.family.log_partition(lam), axis=None))
-        inner = _shared_inner(n, lam0, lam)
-        if inner is None:
-            inner = 0.0
-            for a0, a, m in zip(lam0, lam, n.moments()):
-                inner += float(_sum((a0 - a) * m, axis=None))
-        return total + inner - self.expected_a0()
+        for a0, a, m in zip(lam0, lam, n.moments()):
+            total += float(_sum((a0 - a) * m, axis=None))
+        return total - self.expected_a0()
 
 
-def _shared_inner(node, lam0, lam):
-    """<lam0 - lam, E T> of a Gaussian q whose entries share one covariance Sigma (the
-    family's ``shared_covariance``: PCA's scores and ARD loadings) when lam0 - lam has
-    one second component for every entry: <d1, E[V]> + n <d2, Sigma> + <d2, E[V]^T E[V]>,
-    without the (entries, D, D) stack of E[v v^T] (None otherwise)."""
-    f = node.family.shared_covariance
-    parts = None if f is None or len(lam) != 2 else f(lam)
+def _shared_term(node, lam0, lam):
+    """<lam0, E T> + H[q] (the same as <lam0 - lam, E T> + A(lam) when log h = 0, without
+    their two large terms m^T L m that cancel) for a Gaussian q whose entries share one
+    covariance Sigma (the family's ``shared_covariance``: PCA's scores and ARD loadings)
+    and a lam0 with one second component for every entry: <lam0_1, E[V]> +
+    <lam0_2, n Sigma + E[V]^T E[V]> + the entropies, without the (entries, D, D) stack of
+    E[v v^T] (None otherwise)."""
+    fam = node.family
+    f = fam.shared_covariance
+    if f is None or len(lam) != 2 or type(fam).expected_log_base_measure is not \
+            ExponentialFamily.expected_log_base_measure:
+        return None
+    parts = f(lam)
     if parts is None:
         return None
-    d2 = compact(lam0[1]) - compact(lam[1])
-    if any(k != 1 for k in d2.shape[:-2]):
+    b = compact(lam0[1])
+    if any(k != 1 for k in b.shape[:-2]):
         return None
     m, cov = parts
     K = m.shape[-1]
-    d2 = d2.reshape(K, K)
+    b = b.reshape(K, K)
     V = m.reshape(-1, K)
-    return float(_sum((lam0[0] - lam[0]) * m, axis=None)) + \
-        V.shape[0] * float(_sum(d2 * cov.reshape(K, K), axis=None)) + \
-        float(_sum(d2 * (V.T @ V), axis=None))
+    return float(_sum(lam0[0] * m, axis=None)) + \
+        V.shape[0] * float(_sum(b * cov.reshape(K, K), axis=None)) + \
+        float(_sum(b * (V.T @ V), axis=None)) + float(_sum(fam.entropy(lam), axis=None))
 
 
 class FusedTerm:
