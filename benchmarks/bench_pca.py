@@ -170,10 +170,11 @@ def rotation_table(args):
 
 def split_table(sizes, sweeps, seed):
     """Where a blrgraph sweep's CPU time goes (the ``--split`` table): the VMP updates
-    (the global steps and the local block), the ELBO, and the rotation between sweeps,
+    (the global steps and the local block, or the compiled sweep's node steps), the ELBO,
+    and the rotation between sweeps,
     per sweep (process CPU time, totals over ``sweeps`` sweeps after one warm-up sweep).
     Each phase is timed by wrapping the loop's own methods for the run."""
-    from blrgraph.inference import local, loop
+    from blrgraph.inference import compiled, local, loop
     spent = {}
 
     def timed(obj, name, tag):
@@ -189,7 +190,10 @@ def split_table(sizes, sweeps, seed):
         return f
     saved = [(loop.Run, "update_globals", timed(loop.Run, "update_globals", "updates")),
              (local.LocalBlock, "fit", timed(local.LocalBlock, "fit", "updates")),
-             (loop.Run, "elbo", timed(loop.Run, "elbo", "ELBO"))]
+             (loop.Run, "elbo", timed(loop.Run, "elbo", "ELBO")),
+             # the sweep resolved once per fit (inference/compiled.py): its steps, its ELBO
+             (compiled.NodeStep, "step", timed(compiled.NodeStep, "step", "updates")),
+             (compiled.CompiledSweep, "elbo", timed(compiled.CompiledSweep, "elbo", "ELBO"))]
     orig = loop.Run._run
 
     def run(self):   # the rotation steps, read from the plan when the run starts

@@ -168,3 +168,100 @@ def test_data_re_observed_by_a_callback_rebuild_the_sweep(monkeypatch):
         out[enabled] = (np.asarray(res.elbo_trace), bg.elbo(model))
     np.testing.assert_allclose(out[True][0], out[False][0], rtol=1e-12, atol=0)
     assert out[True][1] == pytest.approx(out[False][1], rel=1e-12)
+
+
+# ---- products of latent vectors: routes through deterministic nodes ------------------
+
+def _pca(Y, K=4, ard=True, mask=None, offsets=False, noise=()):
+    """bench_pca.py's model (ARD, or one precision shared by every loading with
+    ``ard=False``); ``offsets``: the zoo's Add(Dot(W, x), mu); ``noise=(M, 1)``: one noise
+    precision per row, ``(N,)`` one per column."""
+    M, N = Y.shape
+    rng = np.random.default_rng(11)
+    alpha = bg.Gamma(1e-2, 1e-2, plates=(K,) if ard else (), name="alpha")
+    W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
+    X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
+    tau = bg.Gamma(1e-2, 1e-2, plates=noise, name="tau")
+    mean = bg.Dot(W, X)
+    if offsets:
+        mean = bg.Add(mean, bg.Normal(0.0, 1e-2, plates=(M, 1), name="mu"))
+    y = bg.Normal(mean, tau, name="Y").observe(Y, mask=mask)
+    X.start_from(rng.normal(size=(N, K)), np.eye(K))
+    W.start_from(rng.normal(size=(M, 1, K)), np.eye(K))
+    return bg.Model(y)
+
+
+def _pca_data(M=12, N=60, seed=4):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(M, 3)) @ rng.normal(size=(3, N)) + 0.3 * rng.normal(size=(M, N)) + 1.0
+
+
+@pytest.mark.parametrize("kw, compiles", [
+    (dict(), True), (dict(ard=False), True), (dict(rotate=True), True),
+    (dict(ard=False, rotate=True), True), (dict(offsets=True), False),
+    (dict(noise=(60,)), True), (dict(noise=(12, 1)), False), (dict(missing=True), False),
+    (dict(missing=True, rotate=True), False)],
+    ids=["ard", "shared-precision", "ard-rotations", "shared-rotations", "offsets",
+         "noise-per-column", "noise-per-row", "missing", "missing-rotations"])
+def test_products_of_latents_same_iterates(kw, compiles, monkeypatch):
+    """PCA (``Dot(W, X)``, a deterministic node between the latent vectors and the data)
+    takes the compiled sweep, its messages routed through the product: the same ELBO
+    trace and q as the generic sweep, with and without rotations; missing values (a
+    mask) and a local block that iterates (the zoo's offsets mu, or a noise precision
+    per row, local with W and read by it) take the generic sweep."""
+    kw = dict(kw)
+    rotate, missing = kw.pop("rotate", False), kw.pop("missing", False)
+    Y = _pca_data()
+    if missing:
+        kw["mask"] = np.random.default_rng(2).random(Y.shape) > 0.1
+    out = []
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        used = []
+        monkeypatch.setattr(compiled.CompiledSweep, "sweep",
+                            lambda self, it: used.append(it) or _SWEEP(self, it))
+        model = _pca(Y, **kw)
+        res = model.fit("vmp", max_iter=20, tol=0, n_jobs=1, seed=3, rotate=rotate)
+        assert bool(used) == (enabled and compiles)
+        out.append((model, np.asarray(res.elbo_trace)))
+    (m_gen, L_gen), (m_cmp, L_cmp) = out
+    assert len(L_gen) == len(L_cmp) == 20 and np.all(np.diff(L_cmp) > -1e-9 * np.abs(L_cmp[1:]))
+    np.testing.assert_allclose(L_cmp, L_gen, rtol=1e-12, atol=0)
+    for a, b in zip(m_gen.latent, m_cmp.latent):
+        for x, y in zip(a.nat, b.nat):
+            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("ard", [True, False])
+def test_pca_closed_form_terms_equal_the_nodes_terms(ard, monkeypatch):
+    """The Gamma precisions, the ARD loadings (a prior whose parents move) and the scores
+    (one covariance for every entry: the sums over the entries without their stack) take
+    the closed form, equal to the nodes' own terms."""
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    model = _pca(_pca_data(seed=8), ard=ard)
+    model.fit("vmp", max_iter=6, tol=0, n_jobs=1, seed=1, rotate=False)
+    X, W = model["X"], model["W"]
+    assert X.family.shared_covariance(X.nat) is not None
+    assert W.family.shared_covariance(W.nat) is not None
+    for n in model.latent:
+        assert n.factor.closed_form_elbo, n.name
+        got, want = compiled.ClosedTerm(n)(), n.elbo_term()
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-9), n.name
+
+
+def test_pca_loadings_and_data_terms_fused(monkeypatch):
+    """W is stepped last: its term and the data's (through Dot(W, X), linear in W's
+    moments) are A(lam_W) - E[A0] + the data's rest, equal to the two terms apart."""
+    monkeypatch.setattr(compiled, "ENABLED", True)
+    built = []
+    orig = compiled.compile_sweep
+    monkeypatch.setattr("blrgraph.inference.loop.compile_sweep",
+                        lambda run, view: built.append(orig(run, view)) or built[-1])
+    model = _pca(_pca_data(seed=9))
+    model.fit("vmp", max_iter=5, tol=0, n_jobs=1, seed=2, rotate=False)
+    fused = [t for t in built[0].terms if isinstance(t, compiled.FusedTerm)]
+    assert len(fused) == 1 and fused[0].step.node is model["W"]
+    t = fused[0]
+    apart = t.closed() + sum(c() for c in t.children)
+    assert t() == pytest.approx(apart, rel=1e-12)
+    assert apart == pytest.approx(model["W"].elbo_term() + model["Y"].elbo_term(), rel=1e-12)

@@ -165,13 +165,14 @@ def test_pca_without_missing_cells_same_trace_as_the_per_entry_paths(monkeypatch
     precision matrix per score, the full BLR target): the ELBO after every sweep agrees to
     1e-12 (an all-True mask would not do: observe() stores it as no mask)."""
     from blrgraph.graph import deterministic
-    from blrgraph.inference import blr
+    from blrgraph.inference import blr, compiled
     model, *_ = _pca(M=8, N=30, K=4, seed=6)
     # (plain VMP: the rotations' L-BFGS would carry the paths' rounding into its iterates)
     fast = model.fit("vmp", max_iter=15, tol=0, rotate=False).elbo_trace
     monkeypatch.setattr(deterministic.Dot, "moment_sums", lambda self, *a, **k: None)
     monkeypatch.setattr(MultivariateNormal, "shared_covariance", lambda self, nat: None)
     monkeypatch.setattr(blr, "add_compact", lambda a, b: a + b)
+    monkeypatch.setattr(compiled, "ENABLED", False)   # (its own compact sums)
     model2, y2, W2, X2, *_ = _pca(M=8, N=30, K=4, seed=6)
     slow = model2.fit("vmp", max_iter=15, tol=0, rotate=False).elbo_trace
     assert 0 not in X2.nat[1].strides      # (the stack of score precisions was built)

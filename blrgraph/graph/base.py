@@ -355,6 +355,19 @@ class Deterministic(Node):
     def backward(self, msg, parent):
         raise NotImplementedError
 
+    def backward_is_linear(self, parent):
+        """Is <backward(c, parent), E T(parent)> equal to <c, E T(self)> summed over the
+        entries, for every message c (the node's moments linear in the parent's, the
+        other parents fixed)? Then a child's ELBO term that is <c, E T(self)> + rest is
+        <backward(c), E T(parent)> + rest (inference/compiled.py). Default: False."""
+        return False
+
+    def backward_to(self, parent):
+        """``msg -> backward(msg, parent)`` for a whole fit, its plates fixed (the compiled
+        sweep resolves it once, inference/compiled.py); a node may resolve here what
+        depends only on its layout."""
+        return lambda msg: self.backward(msg, parent)
+
 
 class Gather(Deterministic):
     """``source[idx]``: entries of the source's first plate axis picked by an integer array."""

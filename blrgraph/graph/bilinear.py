@@ -25,6 +25,8 @@ import weakref
 
 import numpy as np
 
+_sum = np.add.reduce   # (np.sum without its Python wrapper: the same reduction)
+
 #: {Dot: its plan}, kept outside the node (a pickled model carries no operand's q)
 _PLANS = weakref.WeakKeyDictionary()
 
@@ -78,7 +80,8 @@ class Bilinear:
         m, cov = _shared(node)
         n = self.sizes[i]
         if cov is not None:
-            m = np.broadcast_to(m, tuple(node.plates) + m.shape[-1:]).reshape(n, -1)
+            m = m.reshape(n, -1) if m.size == n * m.shape[-1] else \
+                np.broadcast_to(m, tuple(node.plates) + m.shape[-1:]).reshape(n, -1)
             S = n * cov.reshape(cov.shape[-2:]) + m.T @ m
         else:
             m, mm = node.moments()
@@ -96,16 +99,14 @@ class Bilinear:
         m, S = self.stats(dot, other)
         C = self.cells(c1)
         first = C @ m if self.order[0] == i else C.T @ m
-        node = dot.operands[i]
-        K = m.shape[-1]
-        return (first.reshape(tuple(node.plates) + (K,)),
-                np.broadcast_to(c2 * S, tuple(node.plates) + (K, K)))
+        plates = tuple(dot.operands[i].plates)
+        return first.reshape(plates + m.shape[-1:]), _spread(c2 * S, plates)
 
     def sums(self, dot, y, second):
         """(sum_cells y E[a], sum_cells E[a^2]) (None for an absent y; second=False: None)."""
         (m0, S0), (m1, S1) = self.stats(dot, 0), self.stats(dot, 1)
         s1 = None if y is None else self._first_sum(dot, y, (m0, m1))
-        s2 = float(np.sum(S0 * S1)) if second else None
+        s2 = float(_sum(S0 * S1, axis=None)) if second else None
         return s1, s2
 
     def _first_sum(self, dot, y, means):
@@ -114,12 +115,21 @@ class Bilinear:
         for j in (self._fresh, 1 - self._fresh):
             got = self._data[j]
             if got is not None and got[0] is y and got[1] is self._stats[j][0][0]:
-                return float(np.sum(got[2] * means[1 - j]))
+                return float(_sum(got[2] * means[1 - j], axis=None))
         j = self._fresh
         Y = self.cells(y)
         prod = Y @ means[j] if self.order[1] == j else Y.T @ means[j]
         self._data[j] = (y, self._stats[j][0][0], prod)
-        return float(np.sum(prod * means[1 - j]))
+        return float(_sum(prod * means[1 - j], axis=None))
+
+
+def _spread(a, lead):
+    """``np.broadcast_to(a, lead + a.shape)`` of a new C-contiguous array ``a`` in one
+    call: a read-only view with stride 0 along the ``lead`` axes (one K x K precision
+    for every entry)."""
+    v = np.ndarray(lead + a.shape, a.dtype, a, 0, (0,) * len(lead) + a.strides)
+    v.flags.writeable = False
+    return v
 
 
 def _state(node):

@@ -181,12 +181,12 @@ class Dot(Deterministic):
             return None
         plan = _plan(self, coef)
         same = tuple(plates) == self.plates or broadcast_plates(self.plates, plates) == self.plates
-        if plan is not None and same and not any(n > 1 for n in target_plates):
+        if plan is not None and same and (not target_plates or max(target_plates) == 1):
             s1, s2 = plan.sums(self, y, second)   # one number c for every cell: c x the sums
             c = 1.0 if coef is None else float(coef)
             shape = tuple(target_plates)
-            return (None if s1 is None else np.full(shape, c * s1),
-                    None if s2 is None else np.full(shape, c * s2))
+            full = np.asarray if not shape else lambda v: np.full(shape, v)
+            return (None if s1 is None else full(c * s1), None if s2 is None else full(c * s2))
         key = (tuple(_operand_state(p) for p in self.operands), coef, y,
                tuple(target_plates), tuple(plates), second)
         memo = _SUMS_MEMO.get(self)
@@ -216,6 +216,30 @@ class Dot(Deterministic):
         m, terms = _second_terms(other, _factorises(c2, other.plates))
         return (wsum(c1, m, subs=("A",), out="A", **kw),
                 self._constant_along(c2, m, terms, parent.plates))
+
+    def backward_is_linear(self, parent):
+        """Two latent operands without location shifts: E[a] = E[w] . E[x] and
+        E[a^2] = <E[w w^T], E[x x^T]> are linear in each operand's moments."""
+        return self.X is None and parent in self.operands and not self._shifted_pair()
+
+    def _shifted_pair(self):
+        return any(_shift(n) is not None for n in (self, *self.operands))
+
+    def backward_to(self, parent):
+        """:meth:`backward` to ``parent`` with the matrix plan resolved once (its plates
+        are fixed for a fit): one coefficient c2 for every cell goes straight to the
+        plan's products, anything else through :meth:`backward`."""
+        plan = plan_of(self) if self.X is None else None
+        if plan is None:
+            return super().backward_to(parent)
+        i = 0 if parent is self.operands[0] else 1
+
+        def back(msg):
+            c1, c2 = msg
+            if np.ndim(c2) != 0:
+                return self.backward(msg, parent)
+            return plan.message(self, c1, float(c2), i)
+        return back
 
     def _constant_along(self, c, m, terms, target):
         """sum c E[other other^T] (the sum of ``terms``, :func:`_second_terms`) reduced to

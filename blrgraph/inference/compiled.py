@@ -8,6 +8,8 @@ resolves them once (a :class:`Route` per child and slot, the fixed data a factor
 the prior natural parameters of a node whose parents are fixed) and :class:`CompiledSweep`
 replays them, calling the factors' own ``message`` and the one step
 :func:`~.blr.blr_update`; the iterates are the generic sweep's (tests/test_compiled.py).
+A deterministic child (``Dot(W, x)`` of PCA, ``Add``, a gather) is a :class:`PassRoute`:
+the routes of its own children to it, mapped back by its ``backward``.
 
 The ELBO term of a latent node whose factor declares ``closed_form_elbo`` (its expected
 log-likelihood is <E eta, E T(x)> - E[A] + E log h(x) in the node's own family) is taken
@@ -20,8 +22,10 @@ log-determinants shared with the moments). Other nodes use their ``elbo_term``.
 
 Anything the compiled sweep does not cover (minibatches, rows in threads or on Dask,
 damping or backtracking, point masses, gradient or optimizer steps, masks, counts,
-partly observed vectors, deterministic nodes, factored assignments, a local block that
-iterates) runs the generic sweep: :func:`compile_sweep` returns None.
+partly observed vectors, factored assignments, a local block that iterates) runs the
+generic sweep: :func:`compile_sweep` returns None. Steps between sweeps (the rotations
+of ``Dot(W, x)``, inference/rotations.py) run as with the generic sweep: they set q
+through ``set_natural``, which the compiled sweep reads afresh.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import math
 import numpy as np
 
 from .. import rowsplit
+from ..families.base import ExponentialFamily
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from .blr import blr_update, target_terms
@@ -76,6 +81,31 @@ class Route:
             m = f.message(i, x, u, None, self.target)
             total = _plus(total, m)
         return total
+
+
+class PassRoute:
+    """The messages of a deterministic child (``Dot``, ``Add``, a gather) to one parent:
+    the routes of its own children to it, summed, mapped back by its ``backward`` (the
+    generic sweep's :func:`~.blr.message_from`, its routes resolved once)."""
+
+    __slots__ = ("child", "parent", "back", "routes")
+
+    def __init__(self, model, child, parent):
+        self.child, self.parent, self.back = child, parent, child.backward_to(parent)
+        self.routes = [route(model, c, child) for c in model.children[child]]
+
+    def message(self):
+        total = None
+        for r in self.routes:
+            m = r.message()
+            if m is not None:
+                total = _plus(total, m)
+        return None if total is None else self.back(total)
+
+
+def route(model, child, parent):
+    """A :class:`Route`, or a :class:`PassRoute` through a deterministic child."""
+    return PassRoute(model, child, parent) if child.deterministic else Route(child, parent)
 
 
 def _prior(node, broadcast=True):
@@ -181,31 +211,84 @@ class ClosedTerm:
 
     def __call__(self):
         n = self.node
-        lam, u = n.nat, n.moments()
+        lam = n.nat
         lam0 = _prior(n) if self.lam0 is None else self.lam0
+        shared = _shared_term(n, lam0, lam)
+        if shared is not None:
+            return shared - self.expected_a0()
         total = float(_sum(n.family.log_partition(lam), axis=None))
-        for a0, a, m in zip(lam0, lam, u):
+        for a0, a, m in zip(lam0, lam, n.moments()):
             total += float(_sum((a0 - a) * m, axis=None))
         return total - self.expected_a0()
 
 
+def _shared_term(node, lam0, lam):
+    """<lam0, E T> + H[q] (the same as <lam0 - lam, E T> + A(lam) when log h = 0, without
+    their two large terms m^T L m that cancel) for a Gaussian q whose entries share one
+    covariance Sigma (the family's ``shared_covariance``: PCA's scores and ARD loadings)
+    and a lam0 with one second component for every entry: <lam0_1, E[V]> +
+    <lam0_2, n Sigma + E[V]^T E[V]> + the entropies, without the (entries, D, D) stack of
+    E[v v^T] (None otherwise)."""
+    fam = node.family
+    f = fam.shared_covariance
+    if f is None or len(lam) != 2 or type(fam).expected_log_base_measure is not \
+            ExponentialFamily.expected_log_base_measure:
+        return None
+    parts = f(lam)
+    if parts is None:
+        return None
+    b = compact(lam0[1])
+    if any(k != 1 for k in b.shape[:-2]):
+        return None
+    m, cov = parts
+    K = m.shape[-1]
+    b = b.reshape(K, K)
+    V = m.reshape(-1, K)
+    return float(_sum(lam0[0] * m, axis=None)) + \
+        V.shape[0] * float(_sum(b * cov.reshape(K, K), axis=None)) + \
+        float(_sum(b * (V.T @ V), axis=None)) + float(_sum(fam.entropy(lam), axis=None))
+
+
 class FusedTerm:
     """The ELBO terms of the sweep's last-stepped node and of its children whose terms
-    are <their message, E T(node)> (``Conditional.term_is_message``: a mixture's data
-    and its assignments z): with lam = lam0 + those messages (this sweep's step at
-    rho = 1, nothing changed since) they add up to A(lam) - E[A0] (for z: the sum of
-    the log-sum-exps of its softmax). Otherwise the terms one by one."""
+    are <their message, E T(node)> + a rest that does not depend on the node
+    (``Conditional.term_rest``; 0 when ``term_is_message``: a mixture's data and its
+    assignments z; the Normal data of PCA's ``Dot(W, x)``, through the product, whose
+    moments are linear in W's): with lam = lam0 + those messages (this sweep's step at
+    rho = 1, nothing changed since) they add up to A(lam) - E[A0] + the rests (for z:
+    the sum of the log-sum-exps of its softmax). Otherwise the terms one by one."""
 
-    __slots__ = ("step", "closed", "children")
+    __slots__ = ("step", "closed", "children", "rests")
 
-    def __init__(self, step, closed, children):
-        self.step, self.closed, self.children = step, closed, children
+    def __init__(self, step, closed, children, rests=()):
+        self.step, self.closed, self.children, self.rests = step, closed, children, rests
 
     def __call__(self):
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        return float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
+        total = float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
+        for factor, rest in self.rests:
+            total += rest(_LazyMoments(factor.parents))
+        return total
+
+
+def _rest(r):
+    """(the observed child, its factor's ``term_rest``) for a route whose child's ELBO
+    term is <the route's message, E T(node)> + that rest, else None: an observed child
+    filling one slot, directly or through one deterministic node whose ``backward`` is
+    linear in the node's moments and which has that child alone."""
+    if type(r) is PassRoute:
+        d = r.child
+        if len(r.routes) != 1 or type(r.routes[0]) is not Route or \
+                not d.backward_is_linear(r.parent):
+            return None
+        r = r.routes[0]
+    c = r.child
+    if not c.observed or len(r.slots) != 1:
+        return None
+    rest = c.factor.term_rest(r.slots[0], c.child_data())
+    return None if rest is None else (c, rest)
 
 
 class ObservedTerm:
@@ -263,7 +346,7 @@ def compile_sweep(run, view):
     block = plan.block
     if (not ENABLED or not (type(view) is WholeData or view.rows_in_model) or plan.rows.stochastic
             or run.backtrack.active or any(u != "natural" for u in run.updates.values())
-            or plan.points or plan.between_sweeps or plan.delta or run.own_objective is not None
+            or plan.points or plan.delta or run.own_objective is not None
             or any(r != 1.0 for r in run.rhos.values())
             or (block.nodes and (block.iters != 1 or block.last))):
         return None
@@ -275,7 +358,7 @@ def compile_sweep(run, view):
     nodes = list(plan.structure.globals) + local
     if set(nodes) != set(model.latent):
         return None
-    steps = [NodeStep(n, [Route(c, n) for c in model.children[n]]) for n in nodes]
+    steps = [NodeStep(n, [route(model, c, n) for c in model.children[n]]) for n in nodes]
     terms = {}
     for n in model.stochastic:
         if n.observed:
@@ -285,11 +368,11 @@ def compile_sweep(run, view):
         else:
             terms[n] = n.elbo_term
     last = steps[-1]
-    kids = model.children[last.node]
-    if isinstance(terms[last.node], ClosedTerm) and kids and all(
-            c.observed and len(r.slots) == 1 and c.factor.term_is_message(r.slots[0])
-            for c, r in zip(kids, last.routes)):
-        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c in kids])
+    rests = [_rest(r) for r in last.routes]
+    if isinstance(terms[last.node], ClosedTerm) and rests and all(rests) and \
+            len({c for c, _ in rests}) == len(rests):
+        terms[last.node] = FusedTerm(last, terms[last.node], [terms.pop(c) for c, _ in rests],
+                                     [(c.factor, rest) for c, rest in rests])
     k = len(plan.structure.globals)
     return CompiledSweep(model, steps[:k], steps[k:], list(terms.values()))
 
@@ -309,9 +392,6 @@ def _plain(model):
     """Every node stochastic, no point masses, no weights (masks, counts, entries that
     integrate out), no streamed or partly observed data, no factored or mixture q."""
     from .mixture_q import mixture_of
-    for n in model.nodes:
-        if n.deterministic:
-            return False
     for n in model.stochastic:
         if n.point or n.replicates is not None or n._observed_parent_mask() is not None:
             return False
@@ -323,7 +403,4 @@ def _plain(model):
         elif n.observed_entries() is not None or n._factored is not None or \
                 mixture_of(n) is not None or n.nat is None:
             return False
-        for p in n.factor.parents:
-            if p.deterministic:
-                return False
     return True

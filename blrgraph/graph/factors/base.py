@@ -165,6 +165,14 @@ class Conditional:
         this one A(lam) - E[A0] together (inference/compiled.py). Default: False."""
         return False
 
+    def term_rest(self, i, x):
+        """For data ``x`` fixed for a fit, without weights: a function u -> this factor's
+        ELBO term minus <its message to slot i, E T(parent i)> (the part that does not
+        depend on parent i: the term is affine in that parent's moments), or None when
+        the factor does not give it (inference/compiled.py fuses the term with the
+        parent's). ``term_is_message(i)``: the rest is 0. Default: None."""
+        return (lambda u: 0.0) if self.term_is_message(i) else None
+
     # ---- optional hooks: declared here with their defaults, overridden where they apply ----
     #: the component factor of a mixture (None for every other factor)
     component = None

@@ -68,6 +68,59 @@ class NormalFactor(Conditional):
         d2 = x2 - 2.0 * x1 * m1 + m2
         return (0.5 * wsum(w, **kw), -0.5 * wsum(w, d2, **kw))
 
+    def route(self, i, x, target):
+        """The message to slot i for data ``x`` fixed for a fit, without weights
+        (inference/compiled.py), resolved once: to the mean at the data's own plates
+        (c1 = E[tau] y, kept while E[tau] is the same array; c2 = -E[tau]/2 unbroadcast,
+        one number for every cell under one noise precision); to the precision, from a
+        mean that sums its moments itself (``Dot`` of two latent vectors: one product
+        of the data with a mean, K x K work), the count and sum y^2 computed once."""
+        target = tuple(target)
+        if x.cells is not None:
+            return super().route(i, x, target)
+        x1, x2 = x.moments
+        if i == 0 and target == tuple(x.plates):
+            kept = [None, None]
+
+            def to_mean(u):
+                t = u[1][1]
+                if kept[0] is not t:
+                    kept[0], kept[1] = t, wsum(None, t, x1, target_plates=target,
+                                               full_plates=x.plates)
+                return (kept[1], -0.5 * np.asarray(t))
+            return to_mean
+        sums = self.parents[0].moment_sums
+        if i == 1 and sums is not None:
+            kw = dict(target_plates=target, full_plates=x.plates)
+            half_n, sx2, plates = 0.5 * wsum(None, **kw), wsum(None, x2, **kw), x.plates
+
+            def to_precision(u):
+                got = sums(None, x1, target, plates)
+                if got is None:
+                    return self.message(1, x, u, None, target)
+                s1, s2 = got   # (arrays: lam0 + the message is one sum, blr.target_from)
+                return (np.asarray(half_n), np.asarray(-0.5 * (sx2 - 2.0 * s1 + s2)))
+            return to_precision
+        return super().route(i, x, target)
+
+    def term_rest(self, i, x):
+        """The ELBO term minus <message to the mean, (E[m], E[m^2])>:
+        -1/2 sum E[tau] y^2 + 1/2 sum E[log tau] - n/2 log 2 pi (+ log h), each sum over
+        the entries (unweighted data)."""
+        if i != 0 or x.cells is not None or _has_log_h(self.node.family):
+            return None
+        x2, plates = x.moments[1], x.plates
+        kw = dict(target_plates=(), full_plates=plates)
+        n, sx2 = float(wsum(None, **kw)), float(wsum(None, x2, **kw))
+
+        def rest(u):
+            lt, t = u[1]
+            if np.ndim(t) == 0:
+                return -0.5 * float(t) * sx2 + 0.5 * n * float(lt) - 0.5 * LOG2PI * n
+            return float(-0.5 * wsum(None, t, x2, **kw) + 0.5 * wsum(None, lt, **kw)
+                         - 0.5 * LOG2PI * n)
+        return rest
+
     def _data_sum(self, w, x2, kw):
         """sum w x^2 reduced to kw's target; without weights, kept while x is the same."""
         if w is not None:
@@ -358,6 +411,8 @@ class DiagonalGammaFactor(Conditional):
     The Gamma node's last plate axis lines up with the vector's event axis:
     plates () give one tau for every coordinate (isotropic), plates (D,) one per
     coordinate (ARD), plates (K, 1) / (K, D) one per component."""
+
+    closed_form_elbo = True   # <E eta, T(x)> - E[A] in x's MultivariateNormal family
 
     def _tau(self, u):
         lt, t = u[1]

@@ -13,6 +13,8 @@ from .base import Conditional
 class GammaFactor(Conditional):
     """x ~ Gamma(shape a (fixed), rate b); message to b in (log b, b): (a, -E[x])."""
 
+    closed_form_elbo = True   # <E eta, T(x)> - E[A] in x's own family, log h = 0
+
     def __init__(self, node, parents, slots, shape):
         self.shape = np.asarray(shape, dtype=float)
         super().__init__(node, parents, slots)
