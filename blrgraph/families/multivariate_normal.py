@@ -23,7 +23,7 @@ import numpy as np
 from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
                    object_array)
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
-                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym,
+                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym, _sym_m2,
                       _trace_prod)
 
 
@@ -133,7 +133,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
-        prec = _sym(-2.0 * (lam2 if one is None else one))
+        prec = _sym_m2(lam2 if one is None else one)
         c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         cov, ci = _inv_from_chol(c)
         logdet = _chol_logdet(c)
@@ -272,7 +272,10 @@ def _shared_matrix(a):
     first = a[(0,) * k]
     if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
         return first   # a broadcast view of one matrix: equal without looking
-    if not (a[(-1,) * k] == first).all():   # cheap exit for distinct matrices
+    last = a[(-1,) * k]
+    if last[0, 0] != first[0, 0] or last[-1, -1] != first[-1, -1]:
+        return None    # cheap exits for distinct matrices: two entries, then the last matrix
+    if not np.logical_and.reduce(last == first, axis=None):
         return None
     if not np.array_equal(a, np.broadcast_to(first, a.shape)):
         return None

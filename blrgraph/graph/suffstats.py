@@ -76,7 +76,9 @@ class Layout:
             if iu is not None:   # (a_ij + a_ji), halved on the diagonal
                 ij, ji, half, _ = self._sym_index[j]
                 a = a.reshape(lead + (-1,))
-                out[..., sl] = (a[..., ij] + a[..., ji]) * half
+                t = a.take(ij, axis=-1)
+                t += a.take(ji, axis=-1)
+                np.multiply(t, half, out=out[..., sl])
             else:
                 out[..., sl] = a.reshape(tuple(lead) + (-1,))
         return out
@@ -218,9 +220,9 @@ class FlatStats:
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
         coef = self.layout.flatten_natural(nat, lead)
-        coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
         if self.layout.has_logh:
+            coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
             coef[..., 1] = 1.0
-        else:
-            coef[..., 0] += self.logh_value
+        else:   # log h - E[A] (the same number as -E[A] + log h)
+            np.subtract(self.logh_value, elp, out=coef[..., 0])
         return coef
