@@ -168,3 +168,41 @@ def test_data_re_observed_by_a_callback_rebuild_the_sweep(monkeypatch):
         out[enabled] = (np.asarray(res.elbo_trace), bg.elbo(model))
     np.testing.assert_allclose(out[True][0], out[False][0], rtol=1e-12, atol=0)
     assert out[True][1] == pytest.approx(out[False][1], rel=1e-12)
+
+
+def test_finiteness_test_finds_every_non_finite_entry():
+    """The compiled step's test (one product with zeros per component) against
+    np.isfinite on C- and Fortran-ordered, strided, broadcast and 0-d arrays, with one
+    inf, -inf or nan at every position, and with finite entries whose sum overflows."""
+    zeros = {}
+    base = np.arange(24.0).reshape(2, 3, 4) - 7.5
+    for bad in (np.inf, -np.inf, np.nan):
+        for i in range(base.size):
+            a = base.copy()
+            a.flat[i] = bad
+            for view in (a, np.asfortranarray(a), a[:, ::2], a.transpose(2, 0, 1)):
+                want = bool(np.isfinite(view).all())
+                assert compiled._all_finite((base, view), zeros) is want
+        assert not compiled._all_finite((np.asarray(bad),), zeros)
+        assert not compiled._all_finite((np.broadcast_to(np.array([1.0, bad]), (5, 2)),), zeros)
+    huge = np.full((3, 4), 1.7e308)
+    assert compiled._all_finite((base, np.asfortranarray(base), base[:, ::2], huge,
+                                 np.asarray(2.0), np.broadcast_to(base[0], (4, 3, 4))), zeros)
+    with np.errstate(over="ignore"):
+        assert np.add.reduce(huge, axis=None) == np.inf   # (a sum would have overflowed)
+
+
+def test_non_finite_step_refused_as_by_the_generic_sweep(monkeypatch):
+    """Data whose x x^T overflows: the compiled sweep refuses the same step with the
+    same error as the generic one (blr_update names the node and the fix)."""
+    X = _data()
+    X[5, 0] = 1e160
+    r0 = np.random.default_rng(1).dirichlet(np.ones(3), size=len(X))
+    errors = []
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        with pytest.raises(FloatingPointError) as err, np.errstate(all="ignore"):
+            separate(X).fit("vmp", max_iter=5, tol=0, n_jobs=1, init=r0)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
+    assert "Wishart 'Lambda' produced non-finite natural parameters" in errors[1]

@@ -18,6 +18,10 @@ try:   # np.einsum without optimize= is this C function behind a Python wrapper
     from numpy._core.multiarray import c_einsum as einsum
 except ImportError:   # (numpy < 2)
     einsum = np.einsum
+try:   # np.vdot is this C function behind a Python dispatcher
+    from numpy._core._multiarray_umath import vdot
+except ImportError:   # pragma: no cover
+    vdot = np.vdot
 
 _F8 = np.dtype(float)   # (compared on hot paths, where np.asarray would cost a call)
 

@@ -23,6 +23,8 @@ MultivariateNormal and NormalWishart modules.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import digamma, gammaln
 
@@ -69,8 +71,10 @@ def _cholesky(a):
         return np.linalg.cholesky(a)
     with np.errstate(invalid="ignore"):
         c = _lapack.cholesky_lo(a, signature="d->d")
-    if a.size and np.logical_or.reduce(np.isnan(c[..., 0, 0]), axis=None):
-        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    if a.size:
+        d = c[..., 0, 0]   # (>= 0 or nan: a few entries summed as a list, without a reduction)
+        if math.isnan(sum(d.ravel().tolist())) if d.size <= 64 else np.isnan(d).any():
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
     return c
 
 

@@ -31,12 +31,11 @@ import numpy as np
 
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
-from ..families.base import _F8, ExponentialFamily
+from ..families.base import _F8, ExponentialFamily, vdot as _vdot
 from .blr import _finite, blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
-_vdot = np.vdot        # (BLAS ddot: a contiguous array's sum of products, no temporary)
 
 #: False: every fit runs the generic sweep (the compiled one's reference in the tests)
 ENABLED = True
@@ -170,17 +169,21 @@ class NodeStep:
 
 
 def _all_finite(arrays, zeros):
-    """Is every entry of every array finite? One product with zeros per C-ordered float
+    """Is every entry of every array finite? One product with zeros per contiguous float
     array (0 x inf and 0 x nan are nan: the product is 0 exactly when every entry is
     finite, and it cannot overflow); :func:`~.blr._finite` for any other array."""
     for a in arrays:
-        if type(a) is np.ndarray and a.dtype == _F8 and a.flags.c_contiguous and a.size:
-            z = zeros.get(a.size)
-            if z is None:
-                z = zeros[a.size] = np.zeros(a.size)
-            if not _vdot(a, z) == 0.0:
-                return False
-        elif not _finite(compact(a)):
+        if type(a) is np.ndarray and a.dtype == _F8 and a.size:
+            if not a.flags.c_contiguous and a.flags.f_contiguous:
+                a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
+            if a.flags.c_contiguous:
+                z = zeros.get(a.size)
+                if z is None:
+                    z = zeros[a.size] = np.zeros(a.size)
+                if not _vdot(a, z) == 0.0:
+                    return False
+                continue
+        if not _finite(compact(a)):
             return False
     return True
 
@@ -229,7 +232,7 @@ class ClosedTerm:
         total = _total(n.family.log_partition(lam))
         for a0, a, m in zip(lam0, lam, u):
             d = a0 - a
-            total += float(_vdot(d, m)) if d.shape == np.shape(m) else \
+            total += float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
                 float(_sum(d * m, axis=None))
         return total - self.expected_a0()
 
