@@ -89,19 +89,18 @@ class Layout:
         tot = S[:, 0].copy()
         M = S / np.where(tot > 0, tot, 1.0)[:, None]
         plates = tuple(plates)
-        return tot.reshape(plates), tuple(
-            m.reshape(plates + m.shape[1:]) for m in self.unflatten(M))
+        return tot.reshape(plates), self.unflatten(M, plates)
 
-    def unflatten(self, S):
-        """Rows of column sums/means (n, P) back to the family's moment tuple."""
-        n = S.shape[0]
+    def unflatten(self, S, plates=None):
+        """Rows of column sums/means (n, P) back to the family's moment tuple (with the
+        rows laid out as ``plates`` when given)."""
+        lead = (S.shape[0],) if plates is None else tuple(plates)
         out = []
         for j, sl, iu in self.blocks:
             block = S[:, sl]
             if iu is not None:   # the triangle read back into both halves
-                out.append(block[:, self._sym_index[j][3]].reshape((n,) + self.shapes[j]))
-            else:
-                out.append(block.reshape((n,) + self.shapes[j]))
+                block = block.take(self._sym_index[j][3], axis=1)
+            out.append(block.reshape(lead + self.shapes[j]))
         return tuple(out)
 
 
