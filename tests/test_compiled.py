@@ -206,3 +206,20 @@ def test_non_finite_step_refused_as_by_the_generic_sweep(monkeypatch):
         errors.append(str(err.value))
     assert errors[0] == errors[1]
     assert "Wishart 'Lambda' produced non-finite natural parameters" in errors[1]
+
+
+def test_mvn_log_partition_total_is_the_sum_of_log_partition():
+    """MultivariateNormal.log_partition_total (ClosedTerm's A(lam) summed) against the
+    entries' log_partition summed: distinct precisions, one precision shared by every
+    entry (a broadcast view: PCA's scores), no plates."""
+    from blrgraph.families.multivariate_normal import MultivariateNormal
+    fam = MultivariateNormal()
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(6, 3, 3))
+    P = A @ A.transpose(0, 2, 1) + 3 * np.eye(3)
+    m = rng.normal(size=(6, 3))
+    shared = np.broadcast_to(P[0], (6, 3, 3))
+    for nat in (fam.natural_from_params(m, P), fam.natural_from_params(m, shared),
+                fam.natural_from_params(m[0], P[0])):
+        want = float(np.sum(fam.log_partition(nat)))
+        assert fam.log_partition_total(nat) == pytest.approx(want, rel=1e-14, abs=1e-13)

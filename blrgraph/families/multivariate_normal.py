@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
-                   object_array)
+from .base import (ExponentialFamily, UnpackMemo, _fsum, broadcast_nat, check_spd, einsum,
+                   object_array, vdot)
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
                       _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym, _sym_m2,
                       _trace_prod)
@@ -175,6 +175,18 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
             np.broadcast_to(nat[0], m.shape)
         d = m.shape[-1]
         return 0.5 * np.add.reduce(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
+
+    def log_partition_total(self, nat):
+        """A(lam) summed over the plate entries, a float (the compiled sweep's ELBO term):
+        lam1 . m / 2 by one product, the log-determinants by one sum."""
+        m, _, _, logdet_prec, _ = self._unpack(nat)
+        lam1 = nat[0]
+        if type(lam1) is np.ndarray and lam1.shape == m.shape and type(m) is np.ndarray:
+            s = float(vdot(lam1, m))
+        else:
+            s = float(np.add.reduce(np.broadcast_to(lam1, m.shape) * m, axis=None))
+        d = m.shape[-1]
+        return 0.5 * s - 0.5 * _fsum(logdet_prec) + 0.5 * d * LOG2PI * (m.size // d)
 
     def mean_params(self, nat):
         m, _, cov, _, _ = self._unpack(nat)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
-from ..families.base import _F8, ExponentialFamily, vdot as _vdot
+from ..families.base import _F8, ExponentialFamily, _fsum, vdot as _vdot
 from .blr import _finite, blr_update, target_terms
 from .views import WholeData
 
@@ -188,18 +188,6 @@ def _all_finite(arrays, zeros):
     return True
 
 
-def _total(a):
-    """The sum of an ELBO term's entries as a float (a few entries: Python's sum of their
-    list, without a reduction's setup; the order differs from numpy's pairwise sum only
-    by rounding)."""
-    if type(a) is float:
-        return a
-    a = np.asarray(a)
-    if a.size <= 64:
-        return math.fsum(a.ravel().tolist())
-    return float(_sum(a, axis=None))
-
-
 class ClosedTerm:
     """A latent node's ELBO term as <lam0 - lam, E T> + A(lam) - E[A0] (module docstring);
     lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
@@ -229,7 +217,9 @@ class ClosedTerm:
         n = self.node
         lam, u = n.nat, n.moments()
         lam0 = _prior(n) if self.lam0 is None else self.lam0
-        total = _total(n.family.log_partition(lam))
+        fam = n.family
+        total = fam.log_partition_total(lam) if hasattr(fam, "log_partition_total") else \
+            _fsum(fam.log_partition(lam))
         for a0, a, m in zip(lam0, lam, u):
             d = a0 - a
             total += float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
@@ -253,7 +243,7 @@ class FusedTerm:
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        return _total(n.family.log_partition(n.nat)) - self.closed.expected_a0()
+        return _fsum(n.family.log_partition(n.nat)) - self.closed.expected_a0()
 
 
 class ObservedTerm:
