@@ -291,7 +291,8 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         nu = 2.0 * lam2 + d + 1.0
-        if not _all(nu > d - 1, axis=None):
+        if not (all(v > d - 1 for v in nu.ravel().tolist()) if nu.size <= 64 else
+                _all(nu > d - 1, axis=None)):
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym_m2(lam1)

@@ -86,7 +86,7 @@ class Layout:
     def means(self, S, plates):
         """Weighted sums S (rows, P) -> (totals, moment tuple of weighted means), with the
         rows laid out as ``plates``; a row with zero total gets zero moments."""
-        tot = S[:, 0].copy()
+        tot = S[:, 0]   # (a view: S is not kept)
         M = S / np.where(tot > 0, tot, 1.0)[:, None]
         plates = tuple(plates)
         return tot.reshape(plates), self.unflatten(M, plates)
