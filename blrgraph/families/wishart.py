@@ -64,6 +64,12 @@ except ImportError:   # pragma: no cover
     _lapack = None
 
 
+def _above(values, bound):
+    """Is every number of a list above ``bound``? (nan is not; Python's min alone can step
+    over a nan, their sum cannot)"""
+    return min(values) > bound and not math.isnan(sum(values))
+
+
 def _cholesky(a):
     """np.linalg.cholesky (the same gufunc) of a float64 stack, LinAlgError when an entry is
     not positive definite (the gufunc returns that entry as NaN)."""
@@ -291,7 +297,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         nu = 2.0 * lam2 + d + 1.0
-        if not (all(v > d - 1 for v in nu.ravel().tolist()) if nu.size <= 64 else
+        if not (_above(nu.ravel().tolist(), d - 1) if nu.size <= 64 else
                 _all(nu > d - 1, axis=None)):
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
