@@ -265,3 +265,58 @@ def test_pca_loadings_and_data_terms_fused(monkeypatch):
     apart = t.closed() + sum(c() for c in t.children)
     assert t() == pytest.approx(apart, rel=1e-12)
     assert apart == pytest.approx(model["W"].elbo_term() + model["Y"].elbo_term(), rel=1e-12)
+
+
+def test_finiteness_test_finds_every_non_finite_entry():
+    """The compiled step's test (one product with zeros per component) against
+    np.isfinite on C- and Fortran-ordered, strided, broadcast and 0-d arrays, with one
+    inf, -inf or nan at every position, and with finite entries whose sum overflows."""
+    zeros = {}
+    base = np.arange(24.0).reshape(2, 3, 4) - 7.5
+    for bad in (np.inf, -np.inf, np.nan):
+        for i in range(base.size):
+            a = base.copy()
+            a.flat[i] = bad
+            for view in (a, np.asfortranarray(a), a[:, ::2], a.transpose(2, 0, 1)):
+                want = bool(np.isfinite(view).all())
+                assert compiled._all_finite((base, view), zeros) is want
+        assert not compiled._all_finite((np.asarray(bad),), zeros)
+        assert not compiled._all_finite((np.broadcast_to(np.array([1.0, bad]), (5, 2)),), zeros)
+    huge = np.full((3, 4), 1.7e308)
+    assert compiled._all_finite((base, np.asfortranarray(base), base[:, ::2], huge,
+                                 np.asarray(2.0), np.broadcast_to(base[0], (4, 3, 4))), zeros)
+    with np.errstate(over="ignore"):
+        assert np.add.reduce(huge, axis=None) == np.inf   # (a sum would have overflowed)
+
+
+def test_non_finite_step_refused_as_by_the_generic_sweep(monkeypatch):
+    """Data whose x x^T overflows: the compiled sweep refuses the same step with the
+    same error as the generic one (blr_update names the node and the fix)."""
+    X = _data()
+    X[5, 0] = 1e160
+    r0 = np.random.default_rng(1).dirichlet(np.ones(3), size=len(X))
+    errors = []
+    for enabled in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", enabled)
+        with pytest.raises(FloatingPointError) as err, np.errstate(all="ignore"):
+            separate(X).fit("vmp", max_iter=5, tol=0, n_jobs=1, init=r0)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
+    assert "Wishart 'Lambda' produced non-finite natural parameters" in errors[1]
+
+
+def test_mvn_log_partition_total_is_the_sum_of_log_partition():
+    """MultivariateNormal.log_partition_total (ClosedTerm's A(lam) summed) against the
+    entries' log_partition summed: distinct precisions, one precision shared by every
+    entry (a broadcast view: PCA's scores), no plates."""
+    from blrgraph.families.multivariate_normal import MultivariateNormal
+    fam = MultivariateNormal()
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(6, 3, 3))
+    P = A @ A.transpose(0, 2, 1) + 3 * np.eye(3)
+    m = rng.normal(size=(6, 3))
+    shared = np.broadcast_to(P[0], (6, 3, 3))
+    for nat in (fam.natural_from_params(m, P), fam.natural_from_params(m, shared),
+                fam.natural_from_params(m[0], P[0])):
+        want = float(np.sum(fam.log_partition(nat)))
+        assert fam.log_partition_total(nat) == pytest.approx(want, rel=1e-14, abs=1e-13)

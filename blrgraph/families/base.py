@@ -12,14 +12,31 @@ adds the components: see :func:`inner`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 try:   # np.einsum without optimize= is this C function behind a Python wrapper
     from numpy._core.multiarray import c_einsum as einsum
 except ImportError:   # (numpy < 2)
     einsum = np.einsum
+try:   # np.vdot is this C function behind a Python dispatcher
+    from numpy._core._multiarray_umath import vdot
+except ImportError:   # pragma: no cover
+    vdot = np.vdot
 
 _F8 = np.dtype(float)   # (compared on hot paths, where np.asarray would cost a call)
+
+
+def _fsum(a):
+    """The sum of an array's entries as a float: a few entries as Python's sum of their
+    list (no reduction's setup; rounding aside, numpy's sum)."""
+    if type(a) is float:
+        return a
+    a = np.asarray(a)
+    if a.size <= 64:
+        return math.fsum(a.ravel().tolist())
+    return float(np.add.reduce(a, axis=None))
 
 
 class ExponentialFamily:

@@ -136,8 +136,8 @@ class Categorical(ExponentialFamily):
         p = np.subtract(eta, c)
         np.exp(p, out=p)
         s = np.asarray(einsum("...k->...", p))
-        low = s < 1e-280
-        if np.logical_or.reduce(low, axis=None):   # far below the shift: exact per-row lse there
+        if np.fmin.reduce(s, axis=None) < 1e-280:   # far below the shift: exact per-row lse there
+            low = s < 1e-280
             safe = False
             sub = eta[low]
             m = _rowmax(sub)

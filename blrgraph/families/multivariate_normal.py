@@ -20,10 +20,10 @@ import math
 
 import numpy as np
 
-from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
-                   object_array)
+from .base import (ExponentialFamily, UnpackMemo, _fsum, broadcast_nat, check_spd, einsum,
+                   object_array, vdot)
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
-                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym,
+                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym, _sym_m2,
                       _trace_prod)
 
 
@@ -133,7 +133,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
-        prec = _sym(-2.0 * (lam2 if one is None else one))
+        prec = _sym_m2(lam2 if one is None else one)
         c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         cov, ci = _inv_from_chol(c)
         logdet = _chol_logdet(c)
@@ -175,6 +175,18 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
             np.broadcast_to(nat[0], m.shape)
         d = m.shape[-1]
         return 0.5 * np.add.reduce(lam1 * m, axis=-1) - 0.5 * logdet_prec + 0.5 * d * LOG2PI
+
+    def log_partition_total(self, nat):
+        """A(lam) summed over the plate entries, a float (the compiled sweep's ELBO term):
+        lam1 . m / 2 by one product, the log-determinants by one sum."""
+        m, _, _, logdet_prec, _ = self._unpack(nat)
+        lam1 = nat[0]
+        if type(lam1) is np.ndarray and lam1.shape == m.shape and type(m) is np.ndarray:
+            s = float(vdot(lam1, m))
+        else:
+            s = float(np.add.reduce(np.broadcast_to(lam1, m.shape) * m, axis=None))
+        d = m.shape[-1]
+        return 0.5 * s - 0.5 * _fsum(logdet_prec) + 0.5 * d * LOG2PI * (m.size // d)
 
     def mean_params(self, nat):
         m, _, cov, _, _ = self._unpack(nat)
@@ -272,7 +284,10 @@ def _shared_matrix(a):
     first = a[(0,) * k]
     if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
         return first   # a broadcast view of one matrix: equal without looking
-    if not (a[(-1,) * k] == first).all():   # cheap exit for distinct matrices
+    last = a[(-1,) * k]
+    if last[0, 0] != first[0, 0] or last[-1, -1] != first[-1, -1]:
+        return None    # cheap exits for distinct matrices: two entries, then the last matrix
+    if not np.logical_and.reduce(last == first, axis=None):
         return None
     if not np.array_equal(a, np.broadcast_to(first, a.shape)):
         return None

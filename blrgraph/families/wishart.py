@@ -23,6 +23,8 @@ MultivariateNormal and NormalWishart modules.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import digamma, gammaln
 
@@ -31,6 +33,7 @@ from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, eins
 
 LOG2 = np.log(2.0)
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
+_all = np.logical_and.reduce   # (ndarray.all without its Python wrapper)
 LOG2PI = np.log(2.0 * np.pi)
 LOGPI = np.log(np.pi)
 
@@ -47,11 +50,24 @@ def _sym(a):
     return 0.5 * (a + a.swapaxes(-1, -2))
 
 
+def _sym_m2(a):
+    """``_sym(-2 a)`` as -(a + a^T): the same numbers (scaling by 2 and by 1/2 is exact),
+    one array operation fewer."""
+    s = a + a.swapaxes(-1, -2)
+    return np.negative(s, out=s)
+
+
 try:   # the LAPACK gufuncs behind np.linalg.cholesky / inv (their Python wrappers check
     # the arguments and set up an error state on every call: most of a small call's time)
     from numpy.linalg import _umath_linalg as _lapack
 except ImportError:   # pragma: no cover
     _lapack = None
+
+
+def _above(values, bound):
+    """Is every number of a list above ``bound``? (nan is not; Python's min alone can step
+    over a nan, their sum cannot)"""
+    return min(values) > bound and not math.isnan(sum(values))
 
 
 def _cholesky(a):
@@ -61,8 +77,10 @@ def _cholesky(a):
         return np.linalg.cholesky(a)
     with np.errstate(invalid="ignore"):
         c = _lapack.cholesky_lo(a, signature="d->d")
-    if a.size and np.isnan(c[..., 0, 0]).any():
-        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    if a.size:
+        d = c[..., 0, 0]   # (>= 0 or nan: a few entries summed as a list, without a reduction)
+        if math.isnan(sum(d.ravel().tolist())) if d.size <= 64 else np.isnan(d).any():
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
     return c
 
 
@@ -128,6 +146,21 @@ def mvdigamma(a, d):
     """Multivariate digamma psi_D(a) = sum_{i=1..D} psi(a + (1 - i)/2)."""
     a = np.asarray(a, dtype=float)
     return _sum(digamma(a[..., None] + 0.5 * (1.0 - np.arange(1, d + 1))), axis=-1)
+
+
+_HALVES = {}   # {D: [0, 1/2, ..., (D - 1)/2]}
+
+
+def _gammaln_digamma_d(a, d):
+    """(log Gamma_D(a), psi_D(a)) from one array of the arguments a - j/2, j = 0..D-1
+    (the same numbers as :func:`_multigammaln` and :func:`mvdigamma`: a + (1 - i)/2 is
+    a - j/2 exactly)."""
+    h = _HALVES.get(d)
+    if h is None:
+        h = _HALVES[d] = 0.5 * np.arange(d)
+    t = np.asarray(a, dtype=float)[..., None] - h
+    lg = 0.25 * d * (d - 1) * LOGPI + _sum(gammaln(t), axis=-1)
+    return (lg if lg.ndim else float(lg)), _sum(digamma(t), axis=-1)
 
 
 def _multigammaln(a, d):
@@ -264,10 +297,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         nu = 2.0 * lam2 + d + 1.0
-        if not (nu > d - 1).all():
+        if not (_above(nu.ravel().tolist(), d - 1) if nu.size <= 64 else
+                _all(nu > d - 1, axis=None)):
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
-        prec = _sym(-2.0 * lam1)
+        prec = _sym_m2(lam1)
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         w, ci = _inv_from_chol(c)
         return nu, w, -_chol_logdet(c), prec, ci
@@ -291,8 +325,9 @@ class Wishart(UnpackMemo, ExponentialFamily):
             return memo[1]
         nu, _, logdet_w, _, _ = u
         d = nat[0].shape[-1]
-        out = (0.5 * nu * logdet_w + 0.5 * nu * d * LOG2 + _multigammaln(0.5 * nu, d),
-               self._expected_logdet(nu, logdet_w, d))
+        h = 0.5 * nu
+        lg, psi = _gammaln_digamma_d(h, d)
+        out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
         self._logs_memo = (u, out)
         return out
 

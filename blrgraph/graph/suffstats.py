@@ -78,7 +78,9 @@ class Layout:
             if iu is not None:   # (a_ij + a_ji), halved on the diagonal
                 ij, ji, half, _ = self._sym_index[j]
                 a = a.reshape(lead + (-1,))
-                out[..., sl] = (a[..., ij] + a[..., ji]) * half
+                t = a.take(ij, axis=-1)
+                t += a.take(ji, axis=-1)
+                np.multiply(t, half, out=out[..., sl])
             else:
                 out[..., sl] = a.reshape(tuple(lead) + (-1,))
         return out
@@ -86,22 +88,21 @@ class Layout:
     def means(self, S, plates):
         """Weighted sums S (rows, P) -> (totals, moment tuple of weighted means), with the
         rows laid out as ``plates``; a row with zero total gets zero moments."""
-        tot = S[:, 0].copy()
+        tot = S[:, 0]   # (a view: S is not kept)
         M = S / np.where(tot > 0, tot, 1.0)[:, None]
         plates = tuple(plates)
-        return tot.reshape(plates), tuple(
-            m.reshape(plates + m.shape[1:]) for m in self.unflatten(M))
+        return tot.reshape(plates), self.unflatten(M, plates)
 
-    def unflatten(self, S):
-        """Rows of column sums/means (n, P) back to the family's moment tuple."""
-        n = S.shape[0]
+    def unflatten(self, S, plates=None):
+        """Rows of column sums/means (n, P) back to the family's moment tuple (with the
+        rows laid out as ``plates`` when given)."""
+        lead = (S.shape[0],) if plates is None else tuple(plates)
         out = []
         for j, sl, iu in self.blocks:
             block = S[:, sl]
             if iu is not None:   # the triangle read back into both halves
-                out.append(block[:, self._sym_index[j][3]].reshape((n,) + self.shapes[j]))
-            else:
-                out.append(block.reshape((n,) + self.shapes[j]))
+                block = block.take(self._sym_index[j][3], axis=1)
+            out.append(block.reshape(lead + self.shapes[j]))
         return tuple(out)
 
 
@@ -233,9 +234,9 @@ class FlatStats:
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
         coef = self.layout.flatten_natural(nat, lead)
-        coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
         if self.layout.has_logh:
+            coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
             coef[..., 1] = 1.0
-        else:
-            coef[..., 0] += self.logh_value
+        else:   # log h - E[A] (the same number as -E[A] + log h)
+            np.subtract(self.logh_value, elp, out=coef[..., 0])
         return coef

@@ -34,10 +34,10 @@ import math
 import numpy as np
 
 from .. import rowsplit
-from ..families.base import ExponentialFamily
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
-from .blr import blr_update, target_terms
+from ..families.base import _F8, ExponentialFamily, _fsum, vdot as _vdot
+from .blr import _finite, blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
@@ -146,10 +146,14 @@ class NodeStep:
     """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
     kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
 
-    __slots__ = ("node", "routes", "lam0", "compact0", "last")
+    __slots__ = ("node", "routes", "lam0", "compact0", "last", "pd", "zeros")
 
     def __init__(self, node, routes):
         self.node, self.routes = node, routes
+        fam = node.family   # the PD test of a family with a precision (blr_update's), or None
+        self.pd = fam.precision_is_pd if type(fam).precision_is_pd is not \
+            ExponentialFamily.precision_is_pd else None
+        self.zeros = {}     # {size: zeros} for _all_finite
         self.lam0 = node.prior_natural() if node.prior_is_fixed() else None
         self.compact0 = None if self.lam0 is None else [compact(a) for a in self.lam0]
         self.last = None   # the last step's lam when it was its target (FusedTerm)
@@ -167,11 +171,15 @@ class NodeStep:
         return tuple(out) + tuple(lam0[len(total):])
 
     def step(self, it):
-        total = None
-        for r in self.routes:
-            m = r.message()
-            if m is not None:
-                total = _plus(total, m)
+        routes = self.routes
+        if len(routes) == 1:
+            total = routes[0].message()
+        else:
+            total = None
+            for r in routes:
+                m = r.message()
+                if m is not None:
+                    total = _plus(total, m)
         node, lam0 = self.node, self.lam0
         if lam0 is None:
             target = _moving_target(node, total)
@@ -179,9 +187,35 @@ class NodeStep:
             target = lam0
         else:
             target = self._target(total)
-        new = blr_update(node, node.nat, target, 1.0, it)
+        # rho = 1: the step is its target when every entry is finite and a precision is
+        # positive definite (blr_update's checks, one product per component); otherwise
+        # blr_update itself (rho halved, or the error naming the node and the fix)
+        if _all_finite(target, self.zeros) and (self.pd is None or self.pd(target)):
+            new = target
+        else:
+            new = blr_update(node, node.nat, target, 1.0, it)
         self.last = new if new is target else None
         node.set_natural(new)
+
+
+def _all_finite(arrays, zeros):
+    """Is every entry of every array finite? One product with zeros per contiguous float
+    array (0 x inf and 0 x nan are nan: the product is 0 exactly when every entry is
+    finite, and it cannot overflow); :func:`~.blr._finite` for any other array."""
+    for a in arrays:
+        if type(a) is np.ndarray and a.dtype == _F8 and a.size:
+            if not a.flags.c_contiguous and a.flags.f_contiguous:
+                a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
+            if a.flags.c_contiguous:
+                z = zeros.get(a.size)
+                if z is None:
+                    z = zeros[a.size] = np.zeros(a.size)
+                if not _vdot(a, z) == 0.0:
+                    return False
+                continue
+        if not _finite(compact(a)):
+            return False
+    return True
 
 
 class ClosedTerm:
@@ -216,9 +250,13 @@ class ClosedTerm:
         shared = _shared_term(n, lam0, lam)
         if shared is not None:
             return shared - self.expected_a0()
-        total = float(_sum(n.family.log_partition(lam), axis=None))
+        fam = n.family
+        total = fam.log_partition_total(lam) if hasattr(fam, "log_partition_total") else \
+            _fsum(fam.log_partition(lam))
         for a0, a, m in zip(lam0, lam, n.moments()):
-            total += float(_sum((a0 - a) * m, axis=None))
+            d = a0 - a
+            total += float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
+                float(_sum(d * m, axis=None))
         return total - self.expected_a0()
 
 
@@ -267,7 +305,7 @@ class FusedTerm:
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        total = float(_sum(n.family.log_partition(n.nat), axis=None)) - self.closed.expected_a0()
+        total = _fsum(n.family.log_partition(n.nat)) - self.closed.expected_a0()
         for factor, rest in self.rests:
             total += rest(_LazyMoments(factor.parents))
         return total

@@ -12,8 +12,15 @@ from ...predictive import MixturePredictive
 from ..base import ChildData
 from ..plates import broadcast_plates, reduce_to
 from ..suffstats import FlatStats
-from ...families.base import einsum
+from ...families.base import _F8, einsum
 from .base import Conditional
+
+
+def _fit(a, keep):
+    """A parameter array without its size-1 row axes: its last ``keep`` axes."""
+    if type(a) is not np.ndarray or a.dtype != _F8:
+        a = np.asarray(a, dtype=float)
+    return a.reshape(a.shape[-keep:]) if a.ndim > keep else a
 
 
 class MixtureFactor(Conditional):
@@ -150,15 +157,10 @@ class MixtureFactor(Conditional):
     def _coef(self, fs, cols, ucomp):
         """Coefficients of Phi's columns for every (column entry, component): (C, K, P)."""
         lead = tuple(cols) + (self.K,)
-
-        def fit(a, k):   # drop the size-1 row axes of a parameter array
-            a = np.asarray(a, dtype=float)
-            keep = len(lead) + k
-            return a.reshape(a.shape[-keep:]) if a.ndim > keep else a
-
-        nat = self.component.prior_natural(ucomp)
-        nat = tuple(fit(a, k) for a, k in zip(nat, self.node.family.event_ndims))
-        elp = fit(self.component.expected_log_partition(ucomp), 0)
+        comp, n = self.component, len(lead)
+        nat = [_fit(a, n + k) for a, k in zip(comp.prior_natural(ucomp),
+                                              self.node.family.event_ndims)]
+        elp = _fit(comp.expected_log_partition(ucomp), n)
         return fs.coefficients(nat, elp, lead).reshape(
             (math.prod(lead[:-1]), self.K, fs.layout.P))
 
