@@ -285,6 +285,10 @@ def test_finiteness_test_finds_every_non_finite_entry():
     huge = np.full((3, 4), 1.7e308)
     assert compiled._all_finite((base, np.asfortranarray(base), base[:, ::2], huge,
                                  np.asarray(2.0), np.broadcast_to(base[0], (4, 3, 4))), zeros)
+    big = np.ones(compiled.SUM_CHECK + 1)   # (above SUM_CHECK: blr._finite, no kept zeros)
+    assert compiled._all_finite((big,), zeros) and big.size not in zeros
+    big[-1] = np.nan
+    assert not compiled._all_finite((big,), zeros)
     with np.errstate(over="ignore"):
         assert np.add.reduce(huge, axis=None) == np.inf   # (a sum would have overflowed)
 

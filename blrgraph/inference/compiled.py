@@ -37,7 +37,7 @@ from .. import rowsplit
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from ..families.base import _F8, ExponentialFamily, _fsum, vdot as _vdot
-from .blr import _finite, blr_update, target_terms
+from .blr import SUM_CHECK, _finite, blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
@@ -200,10 +200,11 @@ class NodeStep:
 
 def _all_finite(arrays, zeros):
     """Is every entry of every array finite? One product with zeros per contiguous float
-    array (0 x inf and 0 x nan are nan: the product is 0 exactly when every entry is
-    finite, and it cannot overflow); :func:`~.blr._finite` for any other array."""
+    array of at most ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0
+    exactly when every entry is finite, and it cannot overflow); :func:`~.blr._finite`
+    for any other array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
-        if type(a) is np.ndarray and a.dtype == _F8 and a.size:
+        if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
             if not a.flags.c_contiguous and a.flags.f_contiguous:
                 a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
             if a.flags.c_contiguous:
