@@ -42,7 +42,8 @@ class RowSplit:
 
     def run(self, fn, bounds):
         """``fn(a, b)`` on every block; the results in row order."""
-        futures = [self.pool.submit(fn, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
+        futures = [self.pool.submit(_block_context().run, fn, a, b)
+                   for a, b in zip(bounds[1:-1], bounds[2:])]
         first = fn(bounds[0], bounds[1])
         return [first] + [f.result() for f in futures]
 
@@ -55,6 +56,14 @@ class RowSplit:
 
     def __exit__(self, *exc):
         _ACTIVE.reset(self._token)
+
+
+def _block_context():
+    """The caller's context (numpy's error state goes with the blocks) without the active
+    split: a kernel inside a block runs whole."""
+    ctx = contextvars.copy_context()
+    ctx.run(_ACTIVE.set, None)
+    return ctx
 
 
 def active(n):
@@ -88,8 +97,9 @@ def add(a, b):
     if split is None:
         return a + b
     out = np.empty(np.broadcast_shapes(np.shape(a), b.shape))
+    rows = np.ndim(a) == b.ndim and np.shape(a)[0] == b.shape[0] > 1   # a has the rows too
 
     def block(i, j):
-        np.add(a, b[i:j], out=out[i:j])
+        np.add(a[i:j] if rows else a, b[i:j], out=out[i:j])
     split[0].run(block, split[1])
     return out

@@ -324,3 +324,13 @@ def test_mvn_log_partition_total_is_the_sum_of_log_partition():
                 fam.natural_from_params(m[0], P[0])):
         want = float(np.sum(fam.log_partition(nat)))
         assert fam.log_partition_total(nat) == pytest.approx(want, rel=1e-14, abs=1e-13)
+
+
+def test_small_sums_give_numpys_nan_and_inf():
+    """families.base._fsum (the ELBO terms' small sums): inf - inf and an overflow give
+    numpy's nan and inf, for the sweep's non-finite check to name the node, not a
+    ValueError / OverflowError from math.fsum."""
+    from blrgraph.families.base import _fsum
+    assert np.isnan(_fsum(np.array([np.inf, -np.inf])))
+    assert _fsum(np.array([1e308, 1e308])) == np.inf
+    assert _fsum(np.array([0.1, 0.2, 0.3])) == pytest.approx(0.6, rel=1e-15)

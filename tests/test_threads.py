@@ -66,6 +66,52 @@ def test_gmm_in_partitions_takes_the_steps_of_one_thread(method, jobs, route):
         assert not calls
 
 
+def test_blas_is_restored_when_a_split_fit_goes_to_partitions(monkeypatch):
+    """A callback re-observes the data with a mask: the compiled sweep (split) gives way to
+    the generic one in partitions, from the model's q; the iterates stay those of one
+    thread and BLAS is back at its limits after the fit (the partitions once replaced the
+    split's BLAS limit by one that held 1 thread as the limit to restore)."""
+    from threadpoolctl import threadpool_info
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    X = _gmm_data()
+    mask = np.ones(len(X), bool)
+    mask[::7] = False
+    before = [i["num_threads"] for i in threadpool_info()]
+    fits = {}
+    for jobs in (1, 2):
+        m = gmm_model(X)
+
+        def cb(it, L, m=m):
+            if it == 3:
+                m["x"].observe(X, mask=mask)
+            return False
+        fits[jobs] = (m.fit("vmp", seed=0, n_jobs=jobs, max_iter=12, tol=0, callback=cb), m)
+        assert [i["num_threads"] for i in threadpool_info()] == before
+    _close(*fits[1], *fits[2], ("pi", "theta", "z"))
+
+
+def test_a_split_block_keeps_numpy_error_state_and_runs_whole(monkeypatch):
+    """A block in the split's threads runs in the caller's context (numpy's error state:
+    an overflow the caller asked to raise raises there too) but without the active split
+    (a kernel inside a block runs whole)."""
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 10)
+    split = rowsplit.RowSplit(2)
+    seen = {}
+
+    def fn(a, b):
+        seen[a] = rowsplit.active(1000)
+        return np.add.reduce(np.full(b - a, 1e308 if a else 1.0))   # overflows off the caller's thread
+    try:
+        with split:
+            with np.errstate(over="ignore"):
+                assert split.run(fn, split.bounds(100)) == [50.0, np.inf]
+            with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+                split.run(fn, split.bounds(100))
+    finally:
+        split.shutdown()
+    assert seen[0] is not None and seen[50] is None
+
+
 def test_the_split_kernels_release_their_threads_and_blas(monkeypatch):
     """After a fit whose compiled sweep split its rows, the split's threads are gone and
     BLAS is back at its limits; the partitions were never built."""
@@ -128,16 +174,20 @@ def _hmm(x, K=3):
     return bg.Model(bg.Mixture(z, bg.Normal, theta, name="y").observe(x))
 
 
-def test_hmm_in_partitions_takes_the_steps_of_one_thread():
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_hmm_in_partitions_takes_the_steps_of_one_thread(route, jobs):
+    """Split, the chains' prior (one lam0 row per sequence) is cut with the rows of
+    their messages (before the fix, a broadcasting error from numpy on 400 sequences)."""
     rng = np.random.default_rng(4)
-    states = rng.integers(0, 3, size=(12, 50))
+    states = rng.integers(0, 3, size=(400, 6))
     x = np.array([-3.0, 0.0, 3.0])[states] + rng.normal(size=states.shape)
     ref = _hmm(x)
     f1 = ref.fit("vmp", seed=1, n_jobs=1, max_iter=30)
     m = _hmm(x)
-    f2 = m.fit("vmp", seed=1, n_jobs=2, max_iter=30)
+    f2 = m.fit("vmp", seed=1, n_jobs=jobs, max_iter=30)
     assert f1.n_iter >= 3
     _close(f1, ref, f2, m, ("pi", "A", "theta", "z"))
+    assert (route[0] == "split") == bool(route[1])
 
 
 def _lda_data(n_docs=40, V=30, K=3, seed=2):

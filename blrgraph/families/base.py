@@ -35,7 +35,10 @@ def _fsum(a):
         return a
     a = np.asarray(a)
     if a.size <= 64:
-        return math.fsum(a.ravel().tolist())
+        try:
+            return math.fsum(a.ravel().tolist())
+        except (ValueError, OverflowError):   # inf - inf, or beyond the largest float:
+            pass                              # numpy's nan / inf, for the caller to name
     return float(np.add.reduce(a, axis=None))
 
 

@@ -262,7 +262,8 @@ class ThreadView(DataView):
             model.__dict__.update(extra)
         if len(self.parts) > 1:
             self.pool = ThreadPoolExecutor(len(self.parts) - 1, thread_name_prefix="blrgraph")
-        self.limiter = _one_blas_thread()
+        if self.limiter is None:   # (row_split may have set it)
+            self.limiter = _one_blas_thread()
 
     def _round(self, fn, *args):
         """``fn(part, *args)`` on every partition (the first in this thread, the others in
