@@ -8,13 +8,16 @@ families/categorical.py). While a fit with ``n_jobs`` > 1 runs such a sweep, a
 it): each of those kernels cuts its rows into ``jobs`` contiguous blocks, runs the first in
 the calling thread and the others in the split's threads (numpy and BLAS release the GIL;
 BLAS is held at one thread meanwhile), and joins the blocks in row order, so the result is
-one thread's up to the order of a sum over rows (docs/dev/architecture.md, "Rows over the
-cores"). Kernels on fewer than ``2 * MIN_ROWS`` rows run whole.
+one thread's up to the order of a sum over rows. Between blocks the threads poll for
+``SPIN`` seconds before they sleep, as OpenMP runtimes do: a sweep's kernels come a few
+milliseconds apart, and waking a sleeping core costs more here (docs/benchmarks.md §12.13).
+Kernels on fewer than ``2 * MIN_ROWS`` rows run whole.
 """
 from __future__ import annotations
 
 import contextvars
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 
 import numpy as np
 
@@ -22,15 +25,79 @@ import numpy as np
 #: than they save)
 MIN_ROWS = 8192
 
+#: seconds a thread polls for its next block (or the caller for the blocks' end) before
+#: it sleeps: a sweep's kernels follow each other within a millisecond or two, and a
+#: core woken from sleep (on a VM, a halted virtual CPU) takes much longer to answer
+SPIN = 0.002
+
 _ACTIVE = contextvars.ContextVar("blrgraph_rowsplit", default=None)
 
 
+def _await(ready, event):
+    """Until ``ready()``: polled for ``SPIN`` seconds (releasing the GIL at each poll),
+    then asleep on ``event``."""
+    end = time.perf_counter() + SPIN
+    while not ready():
+        if time.perf_counter() > end:
+            event.wait()
+            event.clear()
+            end = time.perf_counter() + SPIN
+        else:
+            time.sleep(0)
+
+
+class _Worker:
+    """A thread that runs the blocks it is given, one at a time."""
+
+    def __init__(self, name):
+        self.task = self.result = None
+        self.done = True
+        self.wake, self.finished = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, ctx, fn, a, b):
+        self.done = False
+        self.task = (ctx, fn, a, b)
+        self.wake.set()
+
+    def wait(self):
+        _await(lambda: self.done, self.finished)
+        ok, value = self.result
+        self.result = None
+        if not ok:
+            raise value
+        return value
+
+    def _loop(self):
+        while True:
+            _await(lambda: self.task is not None, self.wake)
+            task, self.task = self.task, None
+            if task is _STOP:
+                return
+            ctx, fn, a, b = task
+            try:
+                self.result = (True, ctx.run(fn, a, b))
+            except BaseException as e:   # (raised again in the caller's thread)
+                self.result = (False, e)
+            self.done = True
+            self.finished.set()
+
+    def stop(self):
+        self.task = _STOP
+        self.wake.set()
+        self.thread.join()
+
+
+_STOP = object()
+
+
 class RowSplit:
-    """``jobs`` threads (the caller's and ``jobs - 1`` in a pool) for the row kernels."""
+    """``jobs`` threads (the caller's and ``jobs - 1`` workers) for the row kernels."""
 
     def __init__(self, jobs):
         self.jobs = int(jobs)
-        self.pool = ThreadPoolExecutor(self.jobs - 1, thread_name_prefix="blrgraph-rows")
+        self.workers = [_Worker(f"blrgraph-rows_{i}") for i in range(self.jobs - 1)]
 
     def bounds(self, n):
         """The blocks' row bounds for ``n`` rows (``jobs`` contiguous blocks), or None
@@ -42,13 +109,19 @@ class RowSplit:
 
     def run(self, fn, bounds):
         """``fn(a, b)`` on every block; the results in row order."""
-        futures = [self.pool.submit(_block_context().run, fn, a, b)
-                   for a, b in zip(bounds[1:-1], bounds[2:])]
-        first = fn(bounds[0], bounds[1])
-        return [first] + [f.result() for f in futures]
+        busy = []
+        for w, a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
+            w.submit(_block_context(), fn, a, b)
+            busy.append(w)
+        try:
+            first = fn(bounds[0], bounds[1])
+        finally:
+            out = [_result(w) for w in busy]   # (every block ends before the arrays go)
+        return [first] + [v for ok, v in out if ok or _raise(v)]
 
     def shutdown(self):
-        self.pool.shutdown()
+        for w in self.workers:
+            w.stop()
 
     def __enter__(self):
         self._token = _ACTIVE.set(self)
@@ -56,6 +129,17 @@ class RowSplit:
 
     def __exit__(self, *exc):
         _ACTIVE.reset(self._token)
+
+
+def _result(worker):
+    try:
+        return True, worker.wait()
+    except BaseException as e:
+        return False, e
+
+
+def _raise(e):
+    raise e
 
 
 def _block_context():

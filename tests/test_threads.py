@@ -6,6 +6,7 @@ trace, the same number of sweeps and the same posteriors, up to the order of the
 (1e-12 relative), from the same start; a symmetric saddle point is found and split through
 the partitions with the same draws."""
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -332,3 +333,26 @@ def test_a_prior_mean_per_row_is_cut_with_the_partitions():
         out.append((np.array(fit.elbo_trace), model["x"].posterior.mean))
     assert np.allclose(out[0][0], out[1][0], rtol=1e-12, atol=0)
     assert np.allclose(out[0][1], out[1][1], rtol=1e-12, atol=1e-12)
+
+
+def test_a_block_that_raises_raises_in_the_caller_and_the_split_goes_on(monkeypatch):
+    """An error in a worker's block is raised in the caller's thread after every block has
+    ended; the same split then runs the next kernel, and its threads stop on shutdown."""
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 10)
+    split = rowsplit.RowSplit(3)
+    ended = []
+
+    def bad(a, b):
+        if a:
+            raise KeyError(a)
+        time.sleep(0.01)
+        ended.append(a)
+        return a
+    try:
+        with pytest.raises(KeyError):
+            split.run(bad, split.bounds(90))
+        assert ended == [0]
+        assert split.run(lambda a, b: b - a, split.bounds(90)) == [30, 30, 30]
+    finally:
+        split.shutdown()
+    assert not any(w.thread.is_alive() for w in split.workers)
