@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import importlib
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ import resource
 import sys
 import time
 import tracemalloc
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -289,4 +291,15 @@ def limit_blas(n):
     except ImportError:
         print("--blas-threads needs threadpoolctl; running with the default thread count")
         return None
+    # a BLAS loaded after the limit runs with its default threads: scipy's own OpenBLAS
+    # comes with scipy.linalg, which the peers import lazily (BayesPy's import loaded it
+    # with 2 threads in bench_jmlr.py's runs before 2026-11-27 12:55, docs/benchmarks.md
+    # §12.13), so the libraries that bring a BLAS are imported first
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in ("scipy.linalg", "sklearn.utils", "bayespy", "hmmlearn.hmm"):
+            try:
+                importlib.import_module(name)
+            except ImportError:   # (optional peers)
+                pass
     return threadpool_limits(limits=int(n))
