@@ -41,6 +41,14 @@ def hierarchical(X, K=3):
     return bg.Model(bg.Mixture(z, bg.MultivariateNormal, mu, Lam, name="Y").observe(X))
 
 
+def _same_fits(m_gen, L_gen, m_cmp, L_cmp):
+    """The compiled sweep's ELBO trace and q equal the generic sweep's."""
+    np.testing.assert_allclose(L_cmp, L_gen, rtol=1e-12, atol=0)
+    for a, b in zip(m_gen.latent, m_cmp.latent):
+        for x, y in zip(a.nat, b.nat):
+            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+
+
 def _fit(build, X, K, enabled, monkeypatch, sweeps=25):
     monkeypatch.setattr(compiled, "ENABLED", enabled)
     used = []
@@ -64,10 +72,7 @@ def test_same_iterates_as_the_generic_sweep(build, monkeypatch):
     m_cmp, L_cmp, used_cmp = _fit(build, X, K, True, monkeypatch)
     assert used_gen == [] and used_cmp == list(range(1, len(L_cmp) + 1))
     assert len(L_gen) == len(L_cmp) > 5
-    np.testing.assert_allclose(L_cmp, L_gen, rtol=1e-12, atol=0)
-    for a, b in zip(m_gen.latent, m_cmp.latent):
-        for x, y in zip(a.nat, b.nat):
-            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+    _same_fits(m_gen, L_gen, m_cmp, L_cmp)
 
 
 @pytest.mark.parametrize("build", [separate, hierarchical])
@@ -226,10 +231,7 @@ def test_products_of_latents_same_iterates(kw, compiles, monkeypatch):
         out.append((model, np.asarray(res.elbo_trace)))
     (m_gen, L_gen), (m_cmp, L_cmp) = out
     assert len(L_gen) == len(L_cmp) == 20 and np.all(np.diff(L_cmp) > -1e-9 * np.abs(L_cmp[1:]))
-    np.testing.assert_allclose(L_cmp, L_gen, rtol=1e-12, atol=0)
-    for a, b in zip(m_gen.latent, m_cmp.latent):
-        for x, y in zip(a.nat, b.nat):
-            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
+    _same_fits(m_gen, L_gen, m_cmp, L_cmp)
 
 
 @pytest.mark.parametrize("ard", [True, False])
