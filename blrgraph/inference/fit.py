@@ -77,7 +77,7 @@ def fit(model, method="vmp", **options):
         return _fit_once(model, method, opts, opts.seed)
     seeds = _restart_seeds(opts.seed, opts.restarts)
     screen = _screens(model, method, opts)
-    best, best_state, elbos, starts = None, None, [], []
+    best, best_state, best_r, elbos, starts = None, None, 0, [], []
     for r, s in enumerate(seeds):
         if screen and restart_start(r) == "screened":
             seeds[r], start = _screened_start(model, method, opts, s)
@@ -87,17 +87,24 @@ def fit(model, method="vmp", **options):
         score = elbo(model) if res.estimate and not _streamed(model) else res.elbo
         elbos.append(float(score))
         starts.append(res.start)
-        if best is None or score > max(elbos[:-1]):
-            best = res
+        # a later restart is kept only when its ELBO is higher beyond rounding: restarts
+        # that reach one optimum (with its components' labels permuted, say) keep the
+        # earliest, whatever the order of the sums (n_jobs) made of the last bits
+        if best is None or score > elbos[best_r] + TIE * abs(elbos[best_r]):
+            best, best_r = res, r
             best_state = [(n, n.snapshot()) for n in model.latent]
     for n, state in best_state:
         n.restore_snapshot(state)
     best.restart_elbos = elbos
     best.restart_seeds = seeds
     best.restart_starts = starts
-    best.best_restart = int(np.argmax(elbos))
+    best.best_restart = best_r
     model.fit_result = best
     return best
+
+
+#: restarts whose ELBOs differ by at most this (relative) are one optimum: the earliest is kept
+TIE = 1e-12
 
 
 def _screens(model, method, opts):
