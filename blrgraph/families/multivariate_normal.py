@@ -139,10 +139,11 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         logdet = _chol_logdet(c)
         if one is None:
             return _matvec(cov, lam1), prec, cov, logdet, ci
-        full = plates + cov.shape
-        m = np.broadcast_to(lam1, plates + cov.shape[-1:]) @ cov   # Sigma symmetric: one GEMM
-        return (m, np.broadcast_to(prec, full), np.broadcast_to(cov, full),
-                np.broadcast_to(logdet, plates), np.broadcast_to(ci, full))
+        if type(lam1) is not np.ndarray or lam1.shape[:-1] != plates:
+            lam1 = np.broadcast_to(lam1, plates + cov.shape[-1:])
+        m = lam1 @ cov   # Sigma symmetric: one GEMM
+        return m, _spread(prec, plates), _spread(cov, plates), _spread(logdet, plates), \
+            _spread(ci, plates)
 
     def shared_covariance(self, nat):
         """(E[x], Sigma) when a stack of two or more entries has one covariance Sigma for
@@ -152,7 +153,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         plate axes. None otherwise."""
         m, _, cov, _, _ = self._unpack(nat)
         k = cov.ndim - 2
-        if k == 0 or int(np.prod(cov.shape[:k], dtype=int)) <= 1 or \
+        if k == 0 or math.prod(cov.shape[:k]) <= 1 or \
                 not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
             return None
         return m, cov[(slice(0, 1),) * k]
@@ -273,6 +274,18 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         if plates == ():
             return stats.multivariate_normal(mean=m, cov=cov)
         return object_array(plates, lambda i: stats.multivariate_normal(mean=m[i], cov=cov[i]))
+
+
+def _spread(a, lead):
+    """``np.broadcast_to(a, lead + a.shape)`` in one call (a read-only view with stride 0
+    along the ``lead`` axes) for a C-contiguous ``a``; ``np.broadcast_to`` otherwise."""
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)     # (a number: a 0-d array)
+    if not a.flags.c_contiguous:
+        return np.broadcast_to(a, lead + a.shape)
+    v = np.ndarray(lead + a.shape, a.dtype, a, 0, (0,) * len(lead) + a.strides)
+    v.flags.writeable = False
+    return v
 
 
 def _shared_matrix(a):

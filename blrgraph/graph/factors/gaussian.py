@@ -457,9 +457,10 @@ class DiagonalGammaFactor(Conditional):
     def expected_log_partition(self, u):
         (_, m2), _ = u
         lt, t = self._tau(u)
-        D = np.shape(m2)[-1]
-        m2d = np.diagonal(m2, axis1=-2, axis2=-1)
-        return 0.5 * np.sum(t * m2d, -1) - 0.5 * np.sum(lt, -1) + 0.5 * D * LOG2PI
+        m2 = np.asarray(m2)
+        D = m2.shape[-1]
+        m2d = m2.diagonal(0, -2, -1)
+        return 0.5 * np.add.reduce(t * m2d, -1) - 0.5 * np.add.reduce(lt, -1) + 0.5 * D * LOG2PI
 
     def message(self, i, x, u, w, target):
         (m1, m2), _ = u
@@ -473,9 +474,9 @@ class DiagonalGammaFactor(Conditional):
             M[..., np.arange(D), np.arange(D)] = diag
             return (wsum(w, t, x1, subs=("A", "A"), out="A", **kw), -0.5 * M)
         # to tau: the coordinate axis is a plate axis of the Gamma node
-        xxd = np.diagonal(x.moments[1], axis1=-2, axis2=-1) if x.value is None \
+        xxd = np.asarray(x.moments[1]).diagonal(0, -2, -1) if x.value is None \
             else np.asarray(x.value) ** 2
-        d2 = xxd - 2.0 * x1 * m1 + np.diagonal(m2, axis1=-2, axis2=-1)
+        d2 = xxd - 2.0 * x1 * m1 + np.asarray(m2).diagonal(0, -2, -1)
         kw = dict(target_plates=target, full_plates=x.plates + (np.shape(d2)[-1],))
         ww = None if w is None else np.asarray(w)[..., None]
         return (0.5 * wsum(ww, **kw), -0.5 * wsum(ww, d2, **kw))
