@@ -152,7 +152,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         plate axes. None otherwise."""
         m, _, cov, _, _ = self._unpack(nat)
         k = cov.ndim - 2
-        if k == 0 or int(np.prod(cov.shape[:k], dtype=int)) <= 1 or \
+        if k == 0 or math.prod(cov.shape[:k]) <= 1 or \
                 not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
             return None
         return m, cov[(slice(0, 1),) * k]
