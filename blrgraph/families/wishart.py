@@ -32,6 +32,7 @@ from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, eins
                    object_array)
 
 LOG2 = np.log(2.0)
+_LOG2 = float(LOG2)
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
 _all = np.logical_and.reduce   # (ndarray.all without its Python wrapper)
 LOG2PI = np.log(2.0 * np.pi)
@@ -94,9 +95,10 @@ def _chol(a, what="matrix", who="family", symmetric=False):
                          f"parameters are outside the natural parameter space") from None
 
 
-def _chol_logdet(c):
-    """log|A| from the Cholesky factor c of A."""
-    return 2.0 * _sum(np.log(c.diagonal(axis1=-2, axis2=-1)), axis=-1)
+def _chol_logdet(c, scale=2.0):
+    """log|A| from the Cholesky factor c of A (``scale=-2.0``: -log|A|, the same numbers
+    as its negation without a second array operation)."""
+    return np.multiply(_sum(np.log(c.diagonal(axis1=-2, axis2=-1)), axis=-1), scale)
 
 
 def _chol_inv_factor(c):
@@ -296,15 +298,20 @@ class Wishart(UnpackMemo, ExponentialFamily):
     def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
-        nu = 2.0 * lam2 + d + 1.0
-        if not (_above(nu.ravel().tolist(), d - 1) if nu.size <= 64 else
-                _all(nu > d - 1, axis=None)):
+        if lam2.size <= 64:   # a few entries: the same numbers from their list
+            nl = [2.0 * a + d + 1.0 for a in lam2.ravel().tolist()]
+            ok = _above(nl, d - 1) if nl else True
+            nu = np.array(nl).reshape(lam2.shape)
+        else:
+            nu = 2.0 * lam2 + d + 1.0
+            ok = _all(nu > d - 1, axis=None)
+        if not ok:
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym_m2(lam1)
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         w, ci = _inv_from_chol(c)
-        return nu, w, -_chol_logdet(c), prec, ci
+        return nu, w, _chol_logdet(c, -2.0), prec, ci
 
     def params_from_natural(self, nat):
         nu, w, _, _, _ = self._unpack(nat)
@@ -327,7 +334,15 @@ class Wishart(UnpackMemo, ExponentialFamily):
         d = nat[0].shape[-1]
         h = 0.5 * nu
         lg, psi = _gammaln_digamma_d(h, d)
-        out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
+        if type(lg) is np.ndarray and 0 < lg.size <= 64:
+            # a few entries: the same float operations on their lists (no array calls)
+            hl, ll, gl, pl = (a.ravel().tolist() for a in (h, logdet_w, lg, psi))
+            c = d * _LOG2
+            out = (np.array([a * b + a * d * _LOG2 + g for a, b, g in zip(hl, ll, gl)]
+                            ).reshape(lg.shape),
+                   np.array([p + c + b for p, b in zip(pl, ll)]).reshape(lg.shape))
+        else:
+            out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
         self._logs_memo = (u, out)
         return out
 

@@ -22,6 +22,8 @@ per-entry formulas instead (same result, O(entries x D) memory).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import rowsplit
@@ -89,7 +91,11 @@ class Layout:
         """Weighted sums S (rows, P) -> (totals, moment tuple of weighted means), with the
         rows laid out as ``plates``; a row with zero total gets zero moments."""
         tot = S[:, 0]   # (a view: S is not kept)
-        M = S / np.where(tot > 0, tot, 1.0)[:, None]
+        t = tot.tolist() if 0 < tot.size <= 64 else None
+        if t is not None and min(t) > 0 and not math.isnan(sum(t)):   # (no zero total)
+            M = S / tot[:, None]
+        else:
+            M = S / np.where(tot > 0, tot, 1.0)[:, None]
         plates = tuple(plates)
         return tot.reshape(plates), self.unflatten(M, plates)
 
