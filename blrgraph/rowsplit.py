@@ -62,12 +62,10 @@ class _Worker:
         self.wake.set()
 
     def wait(self):
+        """(True, the block's result) or (False, the exception it raised)."""
         _await(lambda: self.done, self.finished)
-        ok, value = self.result
-        self.result = None
-        if not ok:
-            raise value
-        return value
+        out, self.result = self.result, None
+        return out
 
     def _loop(self):
         while True:
@@ -116,8 +114,11 @@ class RowSplit:
         try:
             first = fn(bounds[0], bounds[1])
         finally:
-            out = [_result(w) for w in busy]   # (every block ends before the arrays go)
-        return [first] + [v for ok, v in out if ok or _raise(v)]
+            out = [w.wait() for w in busy]   # (every block ends before the arrays go)
+        for ok, value in out:
+            if not ok:
+                raise value
+        return [first] + [value for _, value in out]
 
     def shutdown(self):
         for w in self.workers:
@@ -131,17 +132,6 @@ class RowSplit:
         _ACTIVE.reset(self._token)
 
 
-def _result(worker):
-    try:
-        return True, worker.wait()
-    except BaseException as e:
-        return False, e
-
-
-def _raise(e):
-    raise e
-
-
 def _block_context():
     """The caller's context (numpy's error state goes with the blocks) without the active
     split: a kernel inside a block runs whole."""
@@ -150,40 +140,57 @@ def _block_context():
     return ctx
 
 
+class Blocks:
+    """The blocks of one kernel on the active :class:`RowSplit` (:func:`active`)."""
+
+    __slots__ = ("split", "bounds")
+
+    def __init__(self, split, bounds):
+        self.split, self.bounds = split, bounds
+
+    def run(self, fn):
+        """``fn(a, b)`` on every block; the results in row order."""
+        return self.split.run(fn, self.bounds)
+
+    def sum(self, fn):
+        """The sum of the blocks' results (new arrays), added in row order."""
+        parts = self.run(fn)
+        total = parts[0]
+        for p in parts[1:]:
+            total += p
+        return total
+
+
 def active(n):
-    """The row bounds of the active :class:`RowSplit` for a kernel on ``n`` rows, with
-    the split: ``(split, bounds)``, or None (no split active, or too few rows)."""
+    """The :class:`Blocks` of the active :class:`RowSplit` for a kernel on ``n`` rows, or
+    None (no split active, or too few rows)."""
     split = _ACTIVE.get()
     if split is None:
         return None
     bounds = split.bounds(n)
-    return None if bounds is None else (split, bounds)
+    return None if bounds is None else Blocks(split, bounds)
 
 
 def add_rows(a):
     """The sum over the first axis of ``a`` (rows), split over the active
     :class:`RowSplit`'s threads when there is one and the rows are many; the blocks'
     sums added in row order."""
-    split = active(a.shape[0])
-    if split is None:
+    blocks = active(a.shape[0])
+    if blocks is None:
         return np.add.reduce(a, axis=0)
-    parts = split[0].run(lambda i, j: np.add.reduce(a[i:j], axis=0), split[1])
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
+    return blocks.sum(lambda i, j: np.add.reduce(a[i:j], axis=0))
 
 
 def add(a, b):
     """``a + b`` for ``b`` with the rows (``a`` broadcasting against them), split over
     the active :class:`RowSplit`'s threads when there is one and the rows are many."""
-    split = active(b.shape[0]) if b.ndim >= 1 else None
-    if split is None:
+    blocks = active(b.shape[0]) if b.ndim >= 1 else None
+    if blocks is None:
         return a + b
     out = np.empty(np.broadcast_shapes(np.shape(a), b.shape))
     rows = np.ndim(a) == b.ndim and np.shape(a)[0] == b.shape[0] > 1   # a has the rows too
 
     def block(i, j):
         np.add(a[i:j] if rows else a, b[i:j], out=out[i:j])
-    split[0].run(block, split[1])
+    blocks.run(block)
     return out

@@ -42,6 +42,12 @@ def _fsum(a):
     return float(np.add.reduce(a, axis=None))
 
 
+def above(values, bound):
+    """Is every number of a list above ``bound``? (nan is not; Python's min alone can step
+    over a nan, their sum cannot)"""
+    return min(values) > bound and not math.isnan(sum(values))
+
+
 class ExponentialFamily:
     """Base class: subclasses implement the methods below.
 

@@ -109,15 +109,15 @@ class Categorical(ExponentialFamily):
         memo = getattr(self, "_memo", None)
         if memo is not None and memo[0] is eta:
             return memo[1], memo[2]
-        split = rowsplit.active(eta.shape[0]) if eta.ndim == 2 else None
-        if split is None:
+        blocks = rowsplit.active(eta.shape[0]) if eta.ndim == 2 else None
+        if blocks is None:
             lse, p = self._softmax(eta)
         else:   # rows over the cores (rowsplit.py): each block with its own shift
             lse, p = np.empty(eta.shape[:-1]), np.empty(eta.shape)
 
             def block(a, b):
                 lse[a:b], p[a:b] = self._softmax(eta[a:b])
-            split[0].run(block, split[1])
+            blocks.run(block)
         self._memo = (eta, lse, p)
         return lse, p
 

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_spd, einsum,
+from .base import (ExponentialFamily, UnpackMemo, above, broadcast_nat, check_spd, einsum,
                    object_array)
 
 LOG2 = np.log(2.0)
@@ -63,12 +63,6 @@ try:   # the LAPACK gufuncs behind np.linalg.cholesky / inv (their Python wrappe
     from numpy.linalg import _umath_linalg as _lapack
 except ImportError:   # pragma: no cover
     _lapack = None
-
-
-def _above(values, bound):
-    """Is every number of a list above ``bound``? (nan is not; Python's min alone can step
-    over a nan, their sum cannot)"""
-    return min(values) > bound and not math.isnan(sum(values))
 
 
 def _cholesky(a):
@@ -300,7 +294,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
         d = lam1.shape[-1]
         if lam2.size <= 64:   # a few entries: the same numbers from their list
             nl = [2.0 * a + d + 1.0 for a in lam2.ravel().tolist()]
-            ok = _above(nl, d - 1) if nl else True
+            ok = above(nl, d - 1) if nl else True
             nu = np.array(nl).reshape(lam2.shape)
         else:
             nu = 2.0 * lam2 + d + 1.0

@@ -22,11 +22,10 @@ per-entry formulas instead (same result, O(entries x D) memory).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import rowsplit
+from ..families.base import above
 
 #: Largest Phi (entries x P x 8 bytes) kept per observed node. Larger data keep the first
 #: rows that fit and rebuild the rest in chunks of ``_STREAM_ROWS`` rows when needed.
@@ -92,7 +91,7 @@ class Layout:
         rows laid out as ``plates``; a row with zero total gets zero moments."""
         tot = S[:, 0]   # (a view: S is not kept)
         t = tot.tolist() if 0 < tot.size <= 64 else None
-        if t is not None and min(t) > 0 and not math.isnan(sum(t)):   # (no zero total)
+        if t is not None and above(t, 0.0):   # (no zero total)
             M = S / tot[:, None]
         else:
             M = S / np.where(tot > 0, tot, 1.0)[:, None]
@@ -194,12 +193,11 @@ class FlatStats:
         the result is the transpose of a C-ordered (m, entries) array."""
         Mt = np.ascontiguousarray(M.T)
         if self.Phi is not None:
-            split = rowsplit.active(self.E)
-            if split is None:
+            blocks = rowsplit.active(self.E)
+            if blocks is None:
                 return (Mt @ self._headT).T
             out = np.empty((M.shape[1], self.E))   # rows over the cores (rowsplit.py)
-            split[0].run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]),
-                         split[1])
+            blocks.run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]))
             return out.T
         out = np.empty((M.shape[1], self.E))
         for a, b, blk in self.blocks():
@@ -209,14 +207,10 @@ class FlatStats:
     def tdot(self, W):
         """W^T Phi, (m, P), for W (entries, m)."""
         if self.Phi is not None:
-            split = rowsplit.active(self.E)
-            if split is None:
+            blocks = rowsplit.active(self.E)
+            if blocks is None:
                 return W.T @ self.Phi
-            parts = split[0].run(lambda a, b: W[a:b].T @ self.Phi[a:b], split[1])
-            S = parts[0]
-            for s in parts[1:]:     # in row order
-                S += s
-            return S
+            return blocks.sum(lambda a, b: W[a:b].T @ self.Phi[a:b])   # (rows over the cores)
         S = np.zeros((W.shape[1], self.layout.P))
         for a, b, blk in self.blocks():
             S += W[a:b].T @ blk
