@@ -49,15 +49,17 @@ def _same_fits(m_gen, L_gen, m_cmp, L_cmp):
             np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-9)
 
 
-def _fit(build, X, K, enabled, monkeypatch, sweeps=25):
+def _record(monkeypatch, enabled):
+    """The compiled sweep on or off; the list of the iterations it runs."""
     monkeypatch.setattr(compiled, "ENABLED", enabled)
     used = []
+    monkeypatch.setattr(compiled.CompiledSweep, "sweep",
+                        lambda self, it: used.append(it) or _SWEEP(self, it))
+    return used
 
-    def sweep(self, it):
-        used.append(it)
-        return _SWEEP(self, it)
 
-    monkeypatch.setattr(compiled.CompiledSweep, "sweep", sweep)
+def _fit(build, X, K, enabled, monkeypatch, sweeps=25):
+    used = _record(monkeypatch, enabled)
     model = build(X, K)
     r0 = np.random.default_rng(1).dirichlet(np.ones(K), size=len(X))
     res = model.fit("vmp", max_iter=sweeps, tol=0, init=r0, n_jobs=1)
@@ -97,10 +99,7 @@ def test_masked_data_take_the_generic_sweep(monkeypatch):
 
 def test_damped_steps_take_the_generic_sweep(monkeypatch):
     X, K = _data(), 3
-    monkeypatch.setattr(compiled, "ENABLED", True)
-    used = []
-    monkeypatch.setattr(compiled.CompiledSweep, "sweep",
-                        lambda self, it: used.append(it) or _SWEEP(self, it))
+    used = _record(monkeypatch, True)
     model = separate(X, K)
     model.fit("vmp", max_iter=5, tol=0, rho=0.5, n_jobs=1)
     assert used == []
@@ -144,10 +143,7 @@ def test_other_conjugate_models_same_iterates(build, compiles, monkeypatch):
     generic sweep.)"""
     traces = []
     for enabled in (False, True):
-        monkeypatch.setattr(compiled, "ENABLED", enabled)
-        used = []
-        monkeypatch.setattr(compiled.CompiledSweep, "sweep",
-                            lambda self, it: used.append(it) or _SWEEP(self, it))
+        used = _record(monkeypatch, enabled)
         res = build(np.random.default_rng(5)).fit("vmp", max_iter=15, tol=0, n_jobs=1, seed=2)
         traces.append(np.asarray(res.elbo_trace))
         assert bool(used) == (enabled and compiles)
@@ -221,10 +217,7 @@ def test_products_of_latents_same_iterates(kw, compiles, monkeypatch):
         kw["mask"] = np.random.default_rng(2).random(Y.shape) > 0.1
     out = []
     for enabled in (False, True):
-        monkeypatch.setattr(compiled, "ENABLED", enabled)
-        used = []
-        monkeypatch.setattr(compiled.CompiledSweep, "sweep",
-                            lambda self, it: used.append(it) or _SWEEP(self, it))
+        used = _record(monkeypatch, enabled)
         model = _pca(Y, **kw)
         res = model.fit("vmp", max_iter=20, tol=0, n_jobs=1, seed=3, rotate=rotate)
         assert bool(used) == (enabled and compiles)
