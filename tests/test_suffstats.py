@@ -320,3 +320,43 @@ def test_memory_budget_is_respected(monkeypatch):
     monkeypatch.setattr(suffstats, "MAX_BYTES", 1000 * 10 * 8)   # P = 15 does not fit
     monkeypatch.setattr(suffstats, "STREAM", False)
     assert not FlatStats.fits(MultivariateNormal(), x, (1000,))
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_softmax_pass_equals_the_products_and_scipys_softmax(split, monkeypatch):
+    """One pass over the rows (inference/compiled.py ZStep) gives lam = Phi Mt^T, scipy's
+    log-sum-exp and softmax of its rows, p^T Phi and the counts, in blocks of PASS_ROWS
+    rows and (``split``) over two threads; the finiteness answer is right whether the
+    bound on |lam| decides it or the sum of lam does."""
+    from scipy.special import logsumexp, softmax
+    from blrgraph import rowsplit
+    monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1000, 3)) * 2.0
+    fs = FlatStats(MultivariateNormal(), x, (1000,))
+    Mt = rng.normal(size=(4, fs.layout.P))
+    rs = rowsplit.RowSplit(2) if split else None
+    try:
+        if rs is not None:
+            rs.__enter__()
+        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt)
+        want = fs.Phi @ Mt.T
+        np.testing.assert_allclose(lam, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
+        np.testing.assert_allclose(lse, logsumexp(want, axis=1), rtol=1e-13)
+        np.testing.assert_allclose(p, softmax(want, axis=1), rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(S, p.T @ fs.Phi, rtol=1e-12)
+        np.testing.assert_allclose(counts, p.sum(0), rtol=1e-12)
+        assert finite
+        big = Mt.copy()
+        big[0, 1] = 1e307     # the bound cannot decide; lam is finite (x < 10 here)
+        assert fs.softmax_pass(big)[-1] == bool(np.isfinite(fs.Phi @ big.T).all())
+        big[0, 2] = 1e308     # entries of lam overflow to inf
+        assert not fs.softmax_pass(big)[-1]
+        nan = Mt.copy()
+        nan[2, 3] = np.nan
+        assert not fs.softmax_pass(nan)[-1]
+    finally:
+        if rs is not None:
+            rs.__exit__(None, None, None)
+            rs.shutdown()

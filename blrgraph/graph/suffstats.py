@@ -38,6 +38,13 @@ STREAM = True
 _ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
 _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
+#: rows of one block of ``FlatStats.softmax_pass`` (its columns of Phi, P x 8 bytes each,
+#: stay in cache between the pass's two products; docs/benchmarks.md §12.16)
+PASS_ROWS = 1 << 13
+
+#: |lam| below this for every entry: no sum of Phi's columns overflows (softmax_pass)
+_NO_OVERFLOW = 1e300
+
 
 class Layout:
     """Where each statistic of a family lives in the columns of Phi."""
@@ -142,6 +149,7 @@ class FlatStats:
             self._build(a, b, headT[:, a:b])
         self._headT = headT
         self._head = headT.T
+        self._colmax = None   # the largest |Phi| per column (softmax_pass), when first asked
         self.Phi = self._head if self.cached == E else None
         if self.Phi is not None:     # everything is kept: the data are no longer needed
             self._flat_value = self._logh = None
@@ -215,6 +223,68 @@ class FlatStats:
         for a, b, blk in self.blocks():
             S += W[a:b].T @ blk
         return S
+
+    def softmax_pass(self, Mt):
+        """One pass over the kept rows for a mixture's assignments z (inference/compiled.py,
+        ``ZStep``), for coefficients ``Mt`` (K, P) of Phi's columns (E[log pi] folded into
+        the constant column): lam = Phi Mt^T, the log-sum-exp and the softmax p of its rows,
+        the statistics p^T Phi (K, P) and the counts sum_n p (K,). The rows go in blocks
+        of ``PASS_ROWS``, each block's columns of Phi read once for both products while
+        they are in cache (``dot`` and ``tdot`` each stream the whole of Phi from memory),
+        the blocks over the active :class:`~blrgraph.rowsplit.RowSplit`'s threads, their
+        sums added in row order. Each row has its own shift (its largest lam).
+
+        Returns (lam, lse, p, S, counts, finite): lam and p (entries, K) are transposes of
+        C-ordered (K, entries) arrays; ``finite`` is whether every entry of lam is finite
+        (from a bound on |lam|: the largest |Phi| per column, kept, times |Mt|; the sum of
+        lam when the bound does not decide)."""
+        if self.Phi is None:
+            raise ValueError("FlatStats.softmax_pass needs every row kept (self.Phi)")
+        K, E = Mt.shape[0], self.E
+        H = self._headT
+        if self._colmax is None:
+            colmax = np.zeros(H.shape[0])
+            for a in range(0, E, _ROWS_PER_CHUNK):
+                np.maximum(colmax, np.maximum.reduce(np.abs(H[:, a:a + _ROWS_PER_CHUNK]), axis=1),
+                           out=colmax)
+            self._colmax = colmax
+        lam, p, lse = np.empty((K, E)), np.empty((K, E)), np.empty(E)
+
+        def rows(a, b):
+            S, cnt, tmp = np.zeros((K, H.shape[0])), np.zeros(K), np.empty((K, H.shape[0]))
+            for i in range(a, b, PASS_ROWS):
+                j = min(b, i + PASS_ROWS)
+                Hb, L, q = H[:, i:j], lam[:, i:j], p[:, i:j]
+                np.matmul(Mt, Hb, out=L)
+                m = np.maximum.reduce(L, axis=0)
+                np.subtract(L, m, out=q)
+                np.exp(q, out=q)
+                s = np.add.reduce(q, axis=0)
+                np.divide(q, s, out=q)
+                np.log(s, out=s)
+                np.add(s, m, out=lse[i:j])
+                S += np.matmul(q, Hb.T, out=tmp)
+                cnt += np.add.reduce(q, axis=1)
+            return S, cnt
+
+        blocks = rowsplit.active(E)
+        with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
+            bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)
+            if blocks is None:
+                S, cnt = rows(0, E)
+            else:
+                parts = blocks.run(rows)
+                S, cnt = parts[0]
+                for s_, c_ in parts[1:]:
+                    S += s_
+                    cnt += c_
+        if bound < _NO_OVERFLOW:
+            finite = True
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                finite = bool(np.isfinite(np.add.reduce(lam, axis=None))) or \
+                    bool(np.isfinite(lam).all())
+        return lam.T, lse, p.T, S, cnt, finite
 
     @staticmethod
     def fits(family, value, plates):

@@ -198,6 +198,67 @@ class NodeStep:
         node.set_natural(new)
 
 
+class ZStep(NodeStep):
+    """The step of a mixture's assignments z (Categorical, one plate axis of N rows) whose
+    one child is a mixture of observed data kept as flat statistics, while the rows are
+    split over the cores (``n_jobs``, rowsplit.py): lam = E[log pi] + Phi coef, its
+    softmax and log-sum-exps, and the next sweep's messages from z (the components'
+    statistics p^T Phi and pi's counts) in one pass over the rows
+    (:meth:`~blrgraph.graph.suffstats.FlatStats.softmax_pass`): Phi is read once a sweep
+    from cache, and every row kernel of the sweep runs on all cores. The messages wait in
+    the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
+    rounding; without an active split (``n_jobs=1``) the step is NodeStep's, whose
+    products run faster in BLAS's own threads (docs/benchmarks.md §12.16)."""
+
+    __slots__ = ("mix", "x")
+
+    def __init__(self, node, routes, mix, x):
+        super().__init__(node, routes)
+        self.mix, self.x = mix, x
+
+    def step(self, it):
+        mix, node, x = self.mix, self.node, self.x
+        plan = mix._flat(x.child_data(), node.moments()[0], None)
+        fs = None if plan is None or plan[2] != 1 else plan[0]
+        if fs is None or fs.Phi is None or rowsplit.active(fs.E) is None:
+            return NodeStep.step(self, it)
+        lam0 = self.lam0 if self.lam0 is not None else _prior(node, broadcast=False)
+        off = compact(lam0[0])
+        K = off.shape[-1]
+        if off.size != K:   # a prior with its own rows: NodeStep's sum
+            return NodeStep.step(self, it)
+        Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
+        Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
+        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt)
+        if not finite:   # blr_update's checks name the node and the fix
+            new = blr_update(node, node.nat, (lam,), 1.0, it)
+            self.last = None
+            node.set_natural(new)
+            return
+        node.set_natural((lam,))
+        node.family._memo = (node.nat[0], lse, p)   # (Categorical._lse_and_p's memo)
+        mix.passed = (p, S)
+        node.factor.passed = (p, counts)
+        self.last = node.nat
+
+
+def _zstep(model, node, routes):
+    """A :class:`ZStep` for this node when it is a mixture's assignments over flat
+    statistics (its one child an observed mixture, z in its first slot), else None."""
+    from ..families.categorical import Categorical
+    from ..graph.factors.categorical import CategoricalFactor
+    from ..graph.factors.mixture import MixtureFactor
+    if type(node.family) is not Categorical or len(node.plates) != 1 or len(routes) != 1 or \
+            type(node.factor) is not CategoricalFactor:
+        return None
+    r = routes[0]
+    if type(r) is not Route or r.slots != (0,) or not r.child.observed or \
+            type(r.factor) is not MixtureFactor or tuple(r.target) != tuple(r.child.plates) or \
+            tuple(r.child.plates) != tuple(node.plates):
+        return None
+    return ZStep(node, routes, r.factor, r.child)
+
+
 def _all_finite(arrays, zeros):
     """Is every entry of every array finite? One product with zeros per contiguous float
     array of at most ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0
@@ -397,7 +458,10 @@ def compile_sweep(run, view):
     nodes = list(plan.structure.globals) + local
     if set(nodes) != set(model.latent):
         return None
-    steps = [NodeStep(n, [route(model, c, n) for c in model.children[n]]) for n in nodes]
+    steps = []
+    for n in nodes:
+        routes = [route(model, c, n) for c in model.children[n]]
+        steps.append(_zstep(model, n, routes) or NodeStep(n, routes))
     terms = {}
     for n in model.stochastic:
         if n.observed:

@@ -66,6 +66,10 @@ class CategoricalFactor(Conditional):
     closed_form_elbo = True
 
     _onehot = _transposed = None   # memos: the labels one-hot, the last log table transposed
+    caches = ("passed",)
+    #: (p, sum_n p) from z's last step when it made both in one pass over the rows
+    #: (FlatStats.softmax_pass, inference/compiled.py ZStep): the counts for that same p
+    passed = None
 
     def n_categories(self):
         p = self.parents[0]
@@ -117,6 +121,9 @@ class CategoricalFactor(Conditional):
         if tuple(target) == x.plates and np.shape(r) == x.plates + (K,):
             return (r if w is None else np.asarray(w)[..., None] * r,)  # nothing to sum
         if w is None and not target and np.shape(r) == x.plates + (K,) and len(x.plates) == 1:
+            passed = self.passed
+            if passed is not None and passed[0] is r:
+                return (passed[1],)
             return (rowsplit.add_rows(r),)   # one prior for every row: the counts
         return (wsum(w, r, subs=("A",), out="A", target_plates=target, full_plates=x.plates),)
 
