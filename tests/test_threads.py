@@ -102,6 +102,30 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
     assert seen["tdot"] <= 1 and seen["rows"] <= 1   # (the first sweep's, from the start's z)
 
 
+def test_z_pass_writes_again_only_into_arrays_nothing_else_holds(monkeypatch):
+    """ZStep writes a step's lam, p and lse into an earlier step's arrays once nothing
+    holds them: q's that a caller kept (here every second sweep's, by a callback) keep
+    their values; the others are written again (the pass then allocates nothing)."""
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    free = []
+    unheld = compiled._unheld
+    monkeypatch.setattr(compiled, "_unheld", lambda a: free.append(unheld(a)) or free[-1])
+    model = gmm_model(_gmm_data(1200))
+    z = model["z"]
+    held = []
+
+    def keep(it, L):
+        if it % 2 == 0:
+            lam, p = z.nat[0], z.moments()[0]
+            held.append((lam, lam.copy(), p, p.copy()))
+    model.fit("vmp", seed=0, n_jobs=2, max_iter=12, tol=0, callback=keep)
+    assert len(held) >= 5
+    for lam, lam_was, p, p_was in held:
+        np.testing.assert_array_equal(lam, lam_was)
+        np.testing.assert_array_equal(p, p_was)
+    assert sum(free) >= 3 and not all(free)   # arrays written again; held ones not
+
+
 def test_blas_is_restored_when_a_split_fit_goes_to_partitions(monkeypatch):
     """A callback re-observes the data with a mask: the compiled sweep (split) gives way to
     the generic one in partitions, from the model's q; the iterates stay those of one

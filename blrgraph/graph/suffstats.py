@@ -224,7 +224,7 @@ class FlatStats:
             S += W[a:b].T @ blk
         return S
 
-    def softmax_pass(self, Mt):
+    def softmax_pass(self, Mt, out=None):
         """One pass over the kept rows for a mixture's assignments z (inference/compiled.py,
         ``ZStep``), for coefficients ``Mt`` (K, P) of Phi's columns (E[log pi] folded into
         the constant column): lam = Phi Mt^T, the log-sum-exp and the softmax p of its rows,
@@ -235,7 +235,8 @@ class FlatStats:
         sums added in row order. Each row has its own shift (its largest lam).
 
         Returns (lam, lse, p, S, counts, finite): lam and p (entries, K) are transposes of
-        C-ordered (K, entries) arrays; ``finite`` is whether every entry of lam is finite
+        C-ordered (K, entries) arrays (``out``: those two and lse's (entries,) array to
+        write into; else new ones); ``finite`` is whether every entry of lam is finite
         (from a bound on |lam|: the largest |Phi| per column, kept, times |Mt|; the sum of
         lam when the bound does not decide)."""
         if self.Phi is None:
@@ -248,10 +249,10 @@ class FlatStats:
                 np.maximum(colmax, np.maximum.reduce(np.abs(H[:, a:a + _ROWS_PER_CHUNK]), axis=1),
                            out=colmax)
             self._colmax = colmax
-        lam, p, lse = np.empty((K, E)), np.empty((K, E)), np.empty(E)
+        lam, p, lse = (np.empty((K, E)), np.empty((K, E)), np.empty(E)) if out is None else out
 
         def rows(a, b):
-            S, cnt, tmp = np.zeros((K, H.shape[0])), np.zeros(K), np.empty((K, H.shape[0]))
+            S, tmp = np.zeros((K, H.shape[0])), np.empty((K, H.shape[0]))
             for i in range(a, b, PASS_ROWS):
                 j = min(b, i + PASS_ROWS)
                 Hb, L, q = H[:, i:j], lam[:, i:j], p[:, i:j]
@@ -264,27 +265,19 @@ class FlatStats:
                 np.log(s, out=s)
                 np.add(s, m, out=lse[i:j])
                 S += np.matmul(q, Hb.T, out=tmp)
-                cnt += np.add.reduce(q, axis=1)
-            return S, cnt
+            return S
 
         blocks = rowsplit.active(E)
         with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
             bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)
-            if blocks is None:
-                S, cnt = rows(0, E)
-            else:
-                parts = blocks.run(rows)
-                S, cnt = parts[0]
-                for s_, c_ in parts[1:]:
-                    S += s_
-                    cnt += c_
+            S = rows(0, E) if blocks is None else blocks.sum(rows)
         if bound < _NO_OVERFLOW:
             finite = True
         else:
             with np.errstate(invalid="ignore", over="ignore"):
                 finite = bool(np.isfinite(np.add.reduce(lam, axis=None))) or \
                     bool(np.isfinite(lam).all())
-        return lam.T, lse, p.T, S, cnt, finite
+        return lam.T, lse, p.T, S, S[:, 0].copy(), finite   # (Phi's column 0 is 1: the counts)
 
     @staticmethod
     def fits(family, value, plates):

@@ -30,6 +30,7 @@ through ``set_natural``, which the compiled sweep reads afresh.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -210,11 +211,23 @@ class ZStep(NodeStep):
     rounding; without an active split (``n_jobs=1``) the step is NodeStep's, whose
     products run faster in BLAS's own threads (docs/benchmarks.md §12.16)."""
 
-    __slots__ = ("mix", "x")
+    __slots__ = ("mix", "x", "kept")
 
     def __init__(self, node, routes, mix, x):
         super().__init__(node, routes)
         self.mix, self.x = mix, x
+        self.kept = []   # the arrays of earlier steps' lam, p and lse, to write into again
+
+    def _arrays(self, K, E):
+        """Arrays for lam, p (K, E) and lse (E,): an earlier step's that nothing else
+        holds any more (the node, the memos and any caller's reference let go of them),
+        else new ones. A sweep at 400,000 x 10 spends 15 to 20 ms faulting in the pages
+        of new arrays (docs/benchmarks.md §12.16)."""
+        kept = self.kept
+        for i, arrays in enumerate(kept):
+            if arrays[0].shape == (K, E) and _unheld(arrays):
+                return kept.pop(i)
+        return np.empty((K, E)), np.empty((K, E)), np.empty(E)
 
     def step(self, it):
         mix, node, x = self.mix, self.node, self.x
@@ -229,7 +242,9 @@ class ZStep(NodeStep):
             return NodeStep.step(self, it)
         Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
         Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
-        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt)
+        arrays = self._arrays(Mt.shape[0], fs.E)
+        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt, arrays)
+        self.kept = self.kept[-1:] + [arrays]
         if not finite:   # blr_update's checks name the node and the fix
             new = blr_update(node, node.nat, (lam,), 1.0, it)
             self.last = None
@@ -240,6 +255,13 @@ class ZStep(NodeStep):
         mix.passed = (p, S)
         node.factor.passed = (p, counts)
         self.last = node.nat
+
+
+def _unheld(arrays):
+    """Does nothing but the caller's tuple hold these arrays? (CPython's reference count:
+    the tuple's reference, getrefcount's argument and nothing else; a view, such as the
+    node's lam = lam_KE.T, holds its base)"""
+    return all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays)))
 
 
 def _zstep(model, node, routes):
