@@ -39,7 +39,7 @@ _ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
 _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
 #: rows of one block of ``FlatStats.softmax_pass`` (its columns of Phi, P x 8 bytes each,
-#: stay in cache between the pass's two products; docs/benchmarks.md §12.16)
+#: stay in cache between the pass's two products; docs/benchmarks.md §12.18)
 PASS_ROWS = 1 << 13
 
 #: |lam| below this for every entry: no sum of Phi's columns overflows (softmax_pass)

@@ -209,7 +209,7 @@ class ZStep(NodeStep):
     from cache, and every row kernel of the sweep runs on all cores. The messages wait in
     the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
     rounding; without an active split (``n_jobs=1``) the step is NodeStep's, whose
-    products run faster in BLAS's own threads (docs/benchmarks.md §12.16)."""
+    products run faster in BLAS's own threads (docs/benchmarks.md §12.18)."""
 
     __slots__ = ("mix", "x", "kept")
 
@@ -222,7 +222,7 @@ class ZStep(NodeStep):
         """Arrays for lam, p (K, E) and lse (E,): an earlier step's that nothing else
         holds any more (the node, the memos and any caller's reference let go of them),
         else new ones. A sweep at 400,000 x 10 spends 15 to 20 ms faulting in the pages
-        of new arrays (docs/benchmarks.md §12.16)."""
+        of new arrays (docs/benchmarks.md §12.18)."""
         kept = self.kept
         for i, arrays in enumerate(kept):
             if arrays[0].shape == (K, E) and _unheld(arrays):
