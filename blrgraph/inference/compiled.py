@@ -252,7 +252,8 @@ class ZStep(NodeStep):
             return
         node.set_natural((lam,))
         node.family._memo = (node.nat[0], lse, p)   # (Categorical._lse_and_p's memo)
-        mix.passed = (p, S)
+        S.flags.writeable = counts.flags.writeable = False   # (messages, read as they are)
+        mix.passed = (fs, p, S)
         node.factor.passed = (p, counts)
         self.last = node.nat
 
@@ -261,7 +262,8 @@ def _unheld(arrays):
     """Does nothing but the caller's tuple hold these arrays? (CPython's reference count:
     the tuple's reference, getrefcount's argument and nothing else; a view, such as the
     node's lam = lam_KE.T, holds its base)"""
-    return all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays)))
+    count = getattr(sys, "getrefcount", None)   # (CPython's; elsewhere: never reused)
+    return count is not None and all(count(arrays[i]) == 2 for i in range(len(arrays)))
 
 
 def _zstep(model, node, routes):

@@ -29,9 +29,9 @@ class MixtureFactor(Conditional):
     caches = ("_ll_cache", "_flat_cache", "_wphi_cache", "_rowll_cache", "_stats_cache",
               "_plan_cache", "passed")
     _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _stats_cache = _plan_cache = None
-    #: (r, r^T Phi) from the assignments' last step when it made both in one pass over the
-    #: rows (FlatStats.softmax_pass, inference/compiled.py ZStep): the components' messages
-    #: read it for that same r
+    #: (Phi's FlatStats, r, r^T Phi) from the assignments' last step when it made both in
+    #: one pass over the rows (FlatStats.softmax_pass, inference/compiled.py ZStep): the
+    #: components' messages read it for those same statistics and r
     passed = None
 
     def __init__(self, node, parents, slots, component, component_slots, **fixed):
@@ -370,8 +370,8 @@ class MixtureFactor(Conditional):
         if cached is not None and cached[0] is fs and cached[1] is r and cached[2] is w:
             return cached[3]
         passed = self.passed
-        if C == 1 and w is None and passed is not None and passed[0] is r:
-            S = passed[1]
+        if C == 1 and w is None and passed is not None and passed[0] is fs and passed[1] is r:
+            S = passed[2]
         elif C == 1:
             W = r if w is None else np.asarray(w)[..., None] * r
             S = fs.tdot(W.reshape(R, self.K) if type(W) is np.ndarray else
