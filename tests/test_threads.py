@@ -102,6 +102,24 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
     assert seen["tdot"] <= 1 and seen["rows"] <= 1   # (the first sweep's, from the start's z)
 
 
+def test_z_pass_without_a_split_takes_nodesteps_steps(monkeypatch):
+    """n_jobs=1 with the pass (compiled.PASS_ALONE: BLAS's own threads run its products)
+    against NodeStep's products and softmax: the same iterates to rounding."""
+    from blrgraph.graph import suffstats
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    ref = gmm_model(_gmm_data(1200))
+    f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
+    calls = []
+    orig = suffstats.FlatStats.softmax_pass
+    monkeypatch.setattr(suffstats.FlatStats, "softmax_pass",
+                        lambda *a: calls.append(rowsplit._ACTIVE.get()) or orig(*a))
+    monkeypatch.setattr(compiled, "PASS_ALONE", True)
+    m = gmm_model(_gmm_data(1200))
+    f2 = m.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
+    _close(f1, ref, f2, m, ("pi", "theta", "z"))
+    assert len(calls) == f2.n_iter and all(c is None for c in calls)
+
+
 def test_z_pass_writes_again_only_into_arrays_nothing_else_holds(monkeypatch):
     """ZStep writes a step's lam, p and lse into an earlier step's arrays once nothing
     holds them: q's that a caller kept (here every second sweep's, by a callback) keep

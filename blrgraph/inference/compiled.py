@@ -46,6 +46,10 @@ _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduc
 #: False: every fit runs the generic sweep (the compiled one's reference in the tests)
 ENABLED = True
 
+#: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
+#: rows are not split (``n_jobs=1``; BLAS's own threads then run the pass's products)
+PASS_ALONE = False
+
 
 def _plus(total, m):
     """A sum of message tuples, None for none so far."""
@@ -233,7 +237,8 @@ class ZStep(NodeStep):
         mix, node, x = self.mix, self.node, self.x
         plan = mix._flat(x.child_data(), node.moments()[0], None)
         fs = None if plan is None or plan[2] != 1 else plan[0]
-        if fs is None or fs.Phi is None or rowsplit.active(fs.E) is None:
+        if fs is None or fs.Phi is None or (rowsplit.active(fs.E) is None and not (
+                PASS_ALONE and fs.E >= 2 * rowsplit.MIN_ROWS)):
             return NodeStep.step(self, it)
         lam0 = self.lam0 if self.lam0 is not None else _prior(node, broadcast=False)
         off = compact(lam0[0])
