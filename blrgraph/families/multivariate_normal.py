@@ -158,6 +158,35 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
             return None
         return m, cov[(slice(0, 1),) * k]
 
+    def shared_sums(self, nat):
+        """(E[V] as (n, D), Sigma (D, D), S = sum_n E[v_n v_n^T] = n Sigma + E[V]^T E[V])
+        for a q of :meth:`shared_covariance` (else None), once per q: the product's plan
+        (graph/bilinear.py) and the compiled sweep's ELBO term read the same S."""
+        memo = self.__dict__.get("_sums_memo")
+        if memo is not None and memo[0] is nat[0] and memo[1] is nat[1]:
+            return memo[2]
+        parts = self.shared_covariance(nat)
+        out = None
+        if parts is not None:
+            m, cov = parts
+            D = m.shape[-1]
+            V = m.reshape(-1, D)
+            cov = cov.reshape(D, D)
+            S = V.shape[0] * cov + V.T @ V
+            S.flags.writeable = False
+            out = (V, cov, S)
+        self._sums_memo = (nat[0], nat[1], out)
+        return out
+
+    def release(self):
+        super().release()
+        self.__dict__.pop("_sums_memo", None)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_sums_memo", None)
+        return state
+
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
         return {"mean": np.array(self._plus_c(m)), "precision": np.array(prec)}
@@ -202,6 +231,15 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         m, _, _, logdet_prec, _ = self._unpack(nat)
         d = m.shape[-1]
         return 0.5 * d * (1.0 + LOG2PI) - 0.5 * logdet_prec
+
+    def entropy_total(self, nat):
+        """H summed over the plate entries, a float: n H of one entry when they share one
+        precision (a stride-0 log-determinant, :meth:`_unpack`)."""
+        m, _, _, ld, _ = self._unpack(nat)
+        d = m.shape[-1]
+        if ld.ndim and all(st == 0 for st in ld.strides):
+            return ld.size * (0.5 * d * (1.0 + LOG2PI) - 0.5 * float(ld[(0,) * ld.ndim]))
+        return float(np.add.reduce(0.5 * d * (1.0 + LOG2PI) - 0.5 * ld, axis=None))
 
     def kl(self, nat1, nat2):
         """KL = [tr(L2 S1) + (m2-m1)^T L2 (m2-m1) - D + log|L1| - log|L2|] / 2."""

@@ -264,28 +264,27 @@ class ClosedTerm:
 def _shared_term(node, lam0, lam):
     """<lam0, E T> + H[q] (the same as <lam0 - lam, E T> + A(lam) when log h = 0, without
     their two large terms m^T L m that cancel) for a Gaussian q whose entries share one
-    covariance Sigma (the family's ``shared_covariance``: PCA's scores and ARD loadings)
-    and a lam0 with one second component for every entry: <lam0_1, E[V]> +
-    <lam0_2, n Sigma + E[V]^T E[V]> + the entropies, without the (entries, D, D) stack of
-    E[v v^T] (None otherwise)."""
+    covariance Sigma (the family's ``shared_sums``: PCA's scores and ARD loadings) and a
+    lam0 with one second component for every entry: <lam0_1, E[V]> + <lam0_2, S> with
+    S = n Sigma + E[V]^T E[V] (the product's plan reads the same S) + n H of one entry,
+    without the (entries, D, D) stack of E[v v^T] (None otherwise)."""
     fam = node.family
-    f = fam.shared_covariance
+    f = getattr(fam, "shared_sums", None)
     if f is None or len(lam) != 2 or type(fam).expected_log_base_measure is not \
             ExponentialFamily.expected_log_base_measure:
-        return None
-    parts = f(lam)
-    if parts is None:
         return None
     b = compact(lam0[1])
     if any(k != 1 for k in b.shape[:-2]):
         return None
-    m, cov = parts
-    K = m.shape[-1]
-    b = b.reshape(K, K)
-    V = m.reshape(-1, K)
-    return float(_sum(lam0[0] * m, axis=None)) + \
-        V.shape[0] * float(_sum(b * cov.reshape(K, K), axis=None)) + \
-        float(_sum(b * (V.T @ V), axis=None)) + float(_sum(fam.entropy(lam), axis=None))
+    parts = f(lam)
+    if parts is None:
+        return None
+    V, _, S = parts
+    n, K = V.shape
+    a = compact(lam0[0])
+    first = float(_sum(V @ a.reshape(K), axis=None)) if a.size == K else \
+        float(_sum(lam0[0] * V.reshape(lam0[0].shape), axis=None))
+    return first + float(_vdot(b.reshape(K * K), S.reshape(K * K))) + fam.entropy_total(lam)
 
 
 class FusedTerm:

@@ -60,7 +60,8 @@ class NormalFactor(Conditional):
                 c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: wsum(None, t, x1, **kw))
                 return (c1, -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
-        sums = _mean_sums(self.parents[0], w, x1, target, x.plates)
+        sums = _mean_sums(self.parents[0], w, x1, target, x.plates,
+                          None if w is not None else self._scaled(x1, x.plates))
         if sums is not None:   # sum w (x - m)^2 = sum w x^2 - 2 sum w x E[m] + sum w E[m^2]
             s1, s2 = sums
             return (0.5 * wsum(w, **kw), -0.5 * (self._data_sum(w, x2, kw) - 2.0 * s1 + s2))
@@ -80,14 +81,12 @@ class NormalFactor(Conditional):
             return super().route(i, x, target)
         x1, x2 = x.moments
         if i == 0 and target == tuple(x.plates):
-            kept = [None, None]
+            key, kw = ("c1", target), dict(target_plates=target, full_plates=x.plates)
 
-            def to_mean(u):
+            def to_mean(u):   # (kept as the generic message keeps it: _scaled reads it)
                 t = u[1][1]
-                if kept[0] is not t:
-                    kept[0], kept[1] = t, wsum(None, t, x1, target_plates=target,
-                                               full_plates=x.plates)
-                return (kept[1], -0.5 * np.asarray(t))
+                return (self._keep(key, (t, x1), lambda: wsum(None, t, x1, **kw)),
+                        -0.5 * np.asarray(t))
             return to_mean
         sums = self.parents[0].moment_sums
         if i == 1 and sums is not None:
@@ -95,13 +94,23 @@ class NormalFactor(Conditional):
             half_n, sx2, plates = 0.5 * wsum(None, **kw), wsum(None, x2, **kw), x.plates
 
             def to_precision(u):
-                got = sums(None, x1, target, plates)
+                got = sums(None, x1, target, plates, scaled=self._scaled(x1, plates))
                 if got is None:
                     return self.message(1, x, u, None, target)
                 s1, s2 = got   # (arrays: lam0 + the message is one sum, blr.target_from)
                 return (np.asarray(half_n), np.asarray(-0.5 * (sx2 - 2.0 * s1 + s2)))
             return to_precision
         return super().route(i, x, target)
+
+    def _scaled(self, x1, plates):
+        """(c, c1) of the message to the mean kept for the data x1 (c1 = c x1, c = E[tau]
+        one nonzero number): a mean that contracts c1 with its operands' means
+        (``Dot``'s plan) then has the first sum of x1 without another product."""
+        hit = self.__dict__.get("_kept", {}).get(("c1", tuple(plates)))
+        if hit is None or hit[0][1] is not x1 or np.ndim(hit[0][0]) != 0:
+            return None
+        c = float(hit[0][0])
+        return None if c == 0.0 else (c, hit[1])
 
     def term_rest(self, i, x):
         """The ELBO term minus <message to the mean, (E[m], E[m^2])>:
@@ -135,7 +144,8 @@ class NormalFactor(Conditional):
         lt, t = u[1]
         coef = t if w is None else np.asarray(w, dtype=float) * t
         if w is None and np.ndim(t) == 0:   # one precision: t times the unweighted sums,
-            sums = _mean_sums(self.parents[0], None, x1, (), x.plates)   # which are its
+            sums = _mean_sums(self.parents[0], None, x1, (), x.plates,   # which are its
+                              self._scaled(x1, x.plates))
             sums = None if sums is None else (t * sums[0], t * sums[1])  # next message's
         else:
             sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
@@ -181,12 +191,13 @@ def _has_log_h(family):
             or t.expected_log_base_measure is not ExponentialFamily.expected_log_base_measure)
 
 
-def _mean_sums(mean, w, x1, target, plates):
+def _mean_sums(mean, w, x1, target, plates, scaled=None):
     """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
     when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
-    two latent vectors), else None (then the caller reads the parent's moments)."""
+    two latent vectors), else None (then the caller reads the parent's moments).
+    ``scaled``: NormalFactor._scaled's (c, c1)."""
     f = mean.moment_sums
-    return None if f is None else f(w, x1, target, plates)
+    return None if f is None else f(w, x1, target, plates, scaled=scaled)
 
 
 class NormalGammaFactor(Conditional):
