@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import digamma, gammaln
 
-from .base import ExponentialFamily
+from .base import _F8, ExponentialFamily
 from ._scalar_helpers import as_nat, broadcast_copies, check_positive, draw_shape, frozen, get_rng
 
 _min = np.minimum.reduce
@@ -60,6 +60,11 @@ class Gamma(ExponentialFamily):
         return {"shape": a, "rate": b}
 
     def _ab(self, nat):
+        if type(nat) is tuple and len(nat) == 2:
+            l1, l2 = nat
+            if type(l1) is np.ndarray and type(l2) is np.ndarray and \
+                    l1.dtype == _F8 and l2.dtype == _F8:   # (q's own: every sweep)
+                return l1 + 1.0, -l2
         l1, l2 = as_nat(nat, 2)
         return l1 + 1.0, -l2
 
@@ -74,7 +79,8 @@ class Gamma(ExponentialFamily):
 
     def mean_params(self, nat):
         a, b = self._ab(nat)
-        a, b = np.broadcast_arrays(a, b)
+        if a.shape != b.shape:
+            a, b = np.broadcast_arrays(a, b)
         return (digamma(a) - np.log(b), a / b)
 
     def entropy(self, nat):

@@ -37,7 +37,7 @@ from .. import rowsplit
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from ..families.base import _F8, ExponentialFamily, _fsum, vdot as _vdot
-from .blr import SUM_CHECK, _finite, blr_update, target_terms
+from .blr import _finite, blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
@@ -132,10 +132,12 @@ def _moving_target(node, total):
     out = []
     for a, m, k in zip(lam0, total, node.family.event_ndims):
         shape = node.plates + a.shape[a.ndim - k:]
-        if type(m) is np.ndarray and m.shape == shape and 0 not in m.strides and \
-                a.ndim <= m.ndim and all(x == 1 or x == y for x, y in
-                                         zip(a.shape[::-1], shape[::-1])):
-            out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+        if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
+                all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1])):
+            if 0 not in m.strides:
+                out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+            else:   # one matrix for every entry (the loadings' precision): one sum
+                out.append(_spread_to(compact(a) + compact(m), shape))
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
     return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
@@ -164,8 +166,10 @@ class NodeStep:
         lam0 = self.lam0
         out = []
         for a, c, m in zip(lam0, self.compact0, total):
-            if type(m) is np.ndarray and m.shape == a.shape and 0 not in m.strides:
-                out.append(c + m)
+            if type(m) is np.ndarray and m.shape == a.shape:
+                # a message with every entry of its own, or one matrix for every entry
+                # (a product's plan: the scores' precision): added at the compact shape
+                out.append(c + m if 0 not in m.strides else _spread_to(c + compact(m), a.shape))
             else:
                 out.append(add_compact(a, m))
         return tuple(out) + tuple(lam0[len(total):])
@@ -198,12 +202,32 @@ class NodeStep:
         node.set_natural(new)
 
 
+def _spread_to(s, shape):
+    """``np.broadcast_to(s, shape)`` of a new C-contiguous ``s`` in one call (a read-only
+    view, stride 0 along the axes ``s`` has of size 1)."""
+    if s.shape == shape:
+        return s
+    lead = len(shape) - s.ndim
+    st = (0,) * lead + tuple(0 if n == 1 and t != 1 else d
+                             for n, t, d in zip(s.shape, shape[lead:], s.strides))
+    v = np.ndarray(shape, s.dtype, s, 0, st)
+    v.flags.writeable = False
+    return v
+
+
+#: arrays up to this size are tested by one product with kept zeros (_all_finite)
+SUM_CHECK = 1 << 16
+
+
 def _all_finite(arrays, zeros):
     """Is every entry of every array finite? One product with zeros per contiguous float
-    array of at most ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0
-    exactly when every entry is finite, and it cannot overflow); :func:`~.blr._finite`
-    for any other array (a larger one: one sum, no kept zeros)."""
+    array (its compact view: one matrix for every entry is tested once) of at most
+    ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0 exactly when
+    every entry is finite, and it cannot overflow); :func:`~.blr._finite` for any other
+    array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
+        if type(a) is np.ndarray and 0 in a.strides:
+            a = compact(a)
         if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
             if not a.flags.c_contiguous and a.flags.f_contiguous:
                 a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)

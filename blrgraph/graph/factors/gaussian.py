@@ -5,6 +5,8 @@ or one joint Normal-Gamma / Normal-Wishart node.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...predictive import MultivariateT, monte_carlo, normal, student_t
@@ -473,6 +475,31 @@ class DiagonalGammaFactor(Conditional):
         m2d = m2.diagonal(0, -2, -1)
         return 0.5 * np.add.reduce(t * m2d, -1) - 0.5 * np.add.reduce(lt, -1) + 0.5 * D * LOG2PI
 
+    def _shared_message(self, x, m1, m2, target):
+        """The message to one precision per coordinate (ARD: tau with plates (D,)) from the
+        node's own q when its entries share one covariance (``shared_sums``: S = sum_n
+        E[x_n x_n^T]) and the mean's moments are one vector and one matrix for every
+        entry: (n/2, -(diag S - 2 m1 * sum_n E[x_n] + n diag m2) / 2) per coordinate,
+        without the (entries, D, D) moments (None otherwise)."""
+        node = self.node
+        f = getattr(node.family, "shared_sums", None)
+        if f is None or node.nat is None or node.point or node._factored is not None or \
+                tuple(x.plates) != tuple(node.plates):
+            return None
+        m1, m2 = np.asarray(m1), np.asarray(m2)
+        D = m1.shape[-1]
+        if tuple(target) != (D,) or math.prod(m1.shape[:-1]) != 1 or \
+                math.prod(m2.shape[:-2]) != 1:
+            return None
+        sums = f(node.nat)
+        if sums is None:
+            return None
+        V, _, S = sums
+        n = V.shape[0]
+        d2 = S.diagonal() - 2.0 * m1.reshape(D) * (np.ones(n) @ V) + \
+            n * m2.reshape(D, D).diagonal()
+        return np.full(D, 0.5 * n), -0.5 * d2
+
     def message(self, i, x, u, w, target):
         (m1, m2), _ = u
         _, t = self._tau(u)
@@ -484,6 +511,10 @@ class DiagonalGammaFactor(Conditional):
             M = np.zeros(diag.shape + (D,))
             M[..., np.arange(D), np.arange(D)] = diag
             return (wsum(w, t, x1, subs=("A", "A"), out="A", **kw), -0.5 * M)
+        if w is None and x.value is None:
+            got = self._shared_message(x, m1, m2, target)
+            if got is not None:
+                return got
         # to tau: the coordinate axis is a plate axis of the Gamma node
         xxd = np.asarray(x.moments[1]).diagonal(0, -2, -1) if x.value is None \
             else np.asarray(x.value) ** 2
