@@ -59,7 +59,7 @@ class NormalFactor(Conditional):
             if w is None and tuple(target) == tuple(x.plates):
                 # nothing to sum: the precision at its own (broadcastable) shape, so a
                 # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
-                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: wsum(None, t, x1, **kw))
+                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: _times(t, x1, kw))
                 return (c1, -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
         sums = _mean_sums(self.parents[0], w, x1, target, x.plates,
@@ -87,7 +87,7 @@ class NormalFactor(Conditional):
 
             def to_mean(u):   # (kept as the generic message keeps it: _scaled reads it)
                 t = u[1][1]
-                return (self._keep(key, (t, x1), lambda: wsum(None, t, x1, **kw)),
+                return (self._keep(key, (t, x1), lambda: _times(t, x1, kw)),
                         -0.5 * np.asarray(t))
             return to_mean
         sums = self.parents[0].moment_sums
@@ -183,6 +183,15 @@ class NormalFactor(Conditional):
             return monte_carlo(self, q, plates, ctx, mean=np.broadcast_to(mean.mean, plates),
                                var=np.broadcast_to(mean.var + inv_tau, plates))
         return super().predictive(q, plates, ctx)
+
+
+def _times(t, x1, kw):
+    """t x1 at the target plates (``wsum(None, t, x1, **kw)``), by one product when
+    nothing is summed (the data times the noise precision: the same numbers)."""
+    out = np.multiply(t, x1)
+    if type(out) is np.ndarray and out.shape == tuple(kw["target_plates"]) == tuple(kw["full_plates"]):
+        return out
+    return wsum(None, t, x1, **kw)
 
 
 def _has_log_h(family):
