@@ -260,8 +260,9 @@ class ClosedTerm:
         n = self.node
         f = n.factor
         ea0 = f.expected_log_partition([p.moments() for p in f.parents])
-        if type(ea0) is float:
-            return ea0 * math.prod(n.plates)
+        if type(ea0) is float or (type(ea0) is np.float64 or
+                                  (type(ea0) is np.ndarray and ea0.ndim == 0)):
+            return float(ea0) * math.prod(n.plates)   # (one number for every entry)
         return float(_sum(np.broadcast_to(ea0, n.plates), axis=None))
 
     def expected_a0(self):
@@ -329,7 +330,9 @@ class FusedTerm:
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        total = _fsum(n.family.log_partition(n.nat)) - self.closed.expected_a0()
+        fam = n.family
+        total = (fam.log_partition_total(n.nat) if hasattr(fam, "log_partition_total") else
+                 _fsum(fam.log_partition(n.nat))) - self.closed.expected_a0()
         for factor, rest in self.rests:
             total += rest(_LazyMoments(factor.parents))
         return total

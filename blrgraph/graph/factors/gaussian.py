@@ -511,6 +511,10 @@ class DiagonalGammaFactor(Conditional):
 
     def message(self, i, x, u, w, target):
         (m1, m2), _ = u
+        if i == 1 and w is None and x.value is None:
+            got = self._shared_message(x, m1, m2, target)
+            if got is not None:
+                return got
         _, t = self._tau(u)
         x1 = _first_moment(x)
         if i == 0:
@@ -520,10 +524,6 @@ class DiagonalGammaFactor(Conditional):
             M = np.zeros(diag.shape + (D,))
             M[..., np.arange(D), np.arange(D)] = diag
             return (wsum(w, t, x1, subs=("A", "A"), out="A", **kw), -0.5 * M)
-        if w is None and x.value is None:
-            got = self._shared_message(x, m1, m2, target)
-            if got is not None:
-                return got
         # to tau: the coordinate axis is a plate axis of the Gamma node
         xxd = np.asarray(x.moments[1]).diagonal(0, -2, -1) if x.value is None \
             else np.asarray(x.value) ** 2
