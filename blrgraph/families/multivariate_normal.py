@@ -237,7 +237,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         precision (a stride-0 log-determinant, :meth:`_unpack`)."""
         m, _, _, ld, _ = self._unpack(nat)
         d = m.shape[-1]
-        if ld.ndim and all(st == 0 for st in ld.strides):
+        if ld.ndim and not any(ld.strides):
             return ld.size * (0.5 * d * (1.0 + LOG2PI) - 0.5 * float(ld[(0,) * ld.ndim]))
         return float(np.add.reduce(0.5 * d * (1.0 + LOG2PI) - 0.5 * ld, axis=None))
 

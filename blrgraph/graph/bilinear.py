@@ -25,7 +25,8 @@ import weakref
 
 import numpy as np
 
-_sum = np.add.reduce   # (np.sum without its Python wrapper: the same reduction)
+from ..families.base import vdot as _vdot   # (np.vdot without its Python dispatcher)
+
 
 #: {Dot: its plan}, kept outside the node (a pickled model carries no operand's q)
 _PLANS = weakref.WeakKeyDictionary()
@@ -124,7 +125,7 @@ class Bilinear:
         gives the first sum as <c1 E[V_j], E[V_i]> / c, without a product of y."""
         (m0, S0), (m1, S1) = self.stats(dot, 0), self.stats(dot, 1)
         s1 = None if y is None else self._first_sum(dot, y, (m0, m1), scaled)
-        s2 = float(_sum(S0 * S1, axis=None)) if second else None
+        s2 = float(_vdot(S0, S1)) if second else None
         return s1, s2
 
     def _first_sum(self, dot, y, means, scaled=None):
@@ -136,11 +137,11 @@ class Bilinear:
             if got is None or got[1] is not self._stats[j][0][0]:
                 continue
             if got[0] is y:
-                return float(_sum(got[2] * means[1 - j], axis=None))
+                return float(_vdot(got[2], means[1 - j]))
             if scaled is not None and got[0] is scaled[1]:
-                return float(_sum(got[2] * means[1 - j], axis=None)) / scaled[0]
+                return float(_vdot(got[2], means[1 - j])) / scaled[0]
         j = self._fresh
-        return float(_sum(self._product(y, j, means[j]) * means[1 - j], axis=None))
+        return float(_vdot(self._product(y, j, means[j]), means[1 - j]))
 
 
 def _spread(a, lead):

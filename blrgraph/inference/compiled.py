@@ -248,13 +248,14 @@ class ClosedTerm:
     lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
     data)."""
 
-    __slots__ = ("node", "lam0", "ea0")
+    __slots__ = ("node", "lam0", "ea0", "parts0")
 
     def __init__(self, node):
         self.node = node
         fixed = node.prior_is_fixed()
         self.lam0 = node.prior_natural() if fixed else None
         self.ea0 = self._ea0() if fixed else None
+        self.parts0 = None if self.lam0 is None else _shared_prior(self.lam0)
 
     def _ea0(self):
         n = self.node
@@ -273,7 +274,7 @@ class ClosedTerm:
         n = self.node
         lam = n.nat
         lam0 = _prior(n) if self.lam0 is None else self.lam0
-        shared = _shared_term(n, lam0, lam)
+        shared = _shared_term(n, lam0, lam, self.parts0)
         if shared is not None:
             return shared - self.expected_a0()
         fam = n.family
@@ -286,7 +287,20 @@ class ClosedTerm:
         return total - self.expected_a0()
 
 
-def _shared_term(node, lam0, lam):
+def _shared_prior(lam0):
+    """(lam0_1 as one vector or None, lam0_2 as one flat matrix) when lam0 has one second
+    component for every entry (:func:`_shared_term`), else None."""
+    if len(lam0) != 2 or np.ndim(lam0[1]) < 2:
+        return None
+    b = compact(lam0[1])
+    if any(k != 1 for k in b.shape[:-2]):
+        return None
+    K = b.shape[-1]
+    a = compact(lam0[0])
+    return (a.reshape(K) if a.size == K else None), b.reshape(K * K)
+
+
+def _shared_term(node, lam0, lam, parts0=None):
     """<lam0, E T> + H[q] (the same as <lam0 - lam, E T> + A(lam) when log h = 0, without
     their two large terms m^T L m that cancel) for a Gaussian q whose entries share one
     covariance Sigma (the family's ``shared_sums``: PCA's scores and ARD loadings) and a
@@ -298,18 +312,17 @@ def _shared_term(node, lam0, lam):
     if f is None or len(lam) != 2 or type(fam).expected_log_base_measure is not \
             ExponentialFamily.expected_log_base_measure:
         return None
-    b = compact(lam0[1])
-    if any(k != 1 for k in b.shape[:-2]):
+    parts0 = _shared_prior(lam0) if parts0 is None else parts0
+    if parts0 is None:
         return None
     parts = f(lam)
     if parts is None:
         return None
     V, _, S = parts
-    n, K = V.shape
-    a = compact(lam0[0])
-    first = float(_sum(V @ a.reshape(K), axis=None)) if a.size == K else \
+    a, b = parts0
+    first = float(_sum(V @ a, axis=None)) if a is not None else \
         float(_sum(lam0[0] * V.reshape(lam0[0].shape), axis=None))
-    return first + float(_vdot(b.reshape(K * K), S.reshape(K * K))) + fam.entropy_total(lam)
+    return first + float(_vdot(b, S)) + fam.entropy_total(lam)
 
 
 class FusedTerm:
