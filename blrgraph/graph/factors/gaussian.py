@@ -471,9 +471,9 @@ class DiagonalGammaFactor(Conditional):
     def prior_natural(self, u):
         (m1, _), _ = u
         _, t = self._tau(u)
-        diag = np.zeros(np.shape(t) + (np.shape(t)[-1],))
-        idx = np.arange(np.shape(t)[-1])
-        diag[..., idx, idx] = t
+        D = t.shape[-1]
+        diag = np.zeros(t.shape + (D,))
+        diag.reshape(t.shape[:-1] + (D * D,))[..., ::D + 1] = t   # (its diagonal: a view)
         return (t * m1, -0.5 * diag)
 
     def expected_log_partition(self, u):
