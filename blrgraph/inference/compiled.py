@@ -255,7 +255,8 @@ class ClosedTerm:
         fixed = node.prior_is_fixed()
         self.lam0 = node.prior_natural() if fixed else None
         self.ea0 = self._ea0() if fixed else None
-        self.parts0 = None if self.lam0 is None else _shared_prior(self.lam0)
+        self.parts0 = None if self.lam0 is None or \
+            getattr(node.family, "shared_sums", None) is None else _shared_prior(self.lam0)
 
     def _ea0(self):
         n = self.node
@@ -293,9 +294,9 @@ def _shared_prior(lam0):
     if len(lam0) != 2 or np.ndim(lam0[1]) < 2:
         return None
     b = compact(lam0[1])
-    if any(k != 1 for k in b.shape[:-2]):
-        return None
     K = b.shape[-1]
+    if b.shape[-2] != K or any(k != 1 for k in b.shape[:-2]) or np.shape(lam0[0])[-1:] != (K,):
+        return None
     a = compact(lam0[0])
     return (a.reshape(K) if a.size == K else None), b.reshape(K * K)
 
