@@ -28,6 +28,7 @@ from .base import _F8, ExponentialFamily
 from ._scalar_helpers import as_nat, broadcast_copies, check_positive, draw_shape, frozen, get_rng
 
 _min = np.minimum.reduce
+_ARRAYS = (np.ndarray, np.float64)   # (a 0-d sum comes back as a numpy scalar)
 
 
 class Gamma(ExponentialFamily):
@@ -62,7 +63,7 @@ class Gamma(ExponentialFamily):
     def _ab(self, nat):
         if type(nat) is tuple and len(nat) == 2:
             l1, l2 = nat
-            if type(l1) is np.ndarray and type(l2) is np.ndarray and \
+            if type(l1) in _ARRAYS and type(l2) in _ARRAYS and \
                     l1.dtype == _F8 and l2.dtype == _F8:   # (q's own: every sweep)
                 return l1 + 1.0, -l2
         l1, l2 = as_nat(nat, 2)

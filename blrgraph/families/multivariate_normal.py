@@ -153,8 +153,8 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         plate axes. None otherwise."""
         m, _, cov, _, _ = self._unpack(nat)
         k = cov.ndim - 2
-        if k == 0 or math.prod(cov.shape[:k]) <= 1 or \
-                not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
+        if k == 0 or math.prod(cov.shape[:k]) <= 1 or (any(cov.strides[:k]) and not all(
+                st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k]))):
             return None
         return m, cov[(slice(0, 1),) * k]
 
@@ -333,7 +333,7 @@ def _shared_matrix(a):
     if math.prod(a.shape[:-2]) <= 1:
         return None
     first = a[(0,) * k]
-    if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
+    if not any(a.strides[:k]) or all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
         return first   # a broadcast view of one matrix: equal without looking
     last = a[(-1,) * k]
     if last[0, 0] != first[0, 0] or last[-1, -1] != first[-1, -1]:

@@ -238,7 +238,7 @@ class Dot(Deterministic):
 
         def back(msg):
             c1, c2 = msg
-            if np.ndim(c2) != 0:
+            if (c2.ndim if type(c2) in (np.ndarray, np.float64) else np.ndim(c2)) != 0:
                 return self.backward(msg, parent)
             return plan.message(self, c1, float(c2), i)
         return back

@@ -133,11 +133,12 @@ def _moving_target(node, total):
     for a, m, k in zip(lam0, total, node.family.event_ndims):
         shape = node.plates + a.shape[a.ndim - k:]
         if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
-                all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1])):
+                (a.shape == shape[len(shape) - a.ndim:] or
+                 all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1]))):
             if 0 not in m.strides:
                 out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
             else:   # one matrix for every entry (the loadings' precision): one sum
-                out.append(_spread_to(compact(a) + compact(m), shape))
+                out.append(_spread_to(compact(a) + _compact(m), shape))
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
     return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
@@ -169,7 +170,7 @@ class NodeStep:
             if type(m) is np.ndarray and m.shape == a.shape:
                 # a message with every entry of its own, or one matrix for every entry
                 # (a product's plan: the scores' precision): added at the compact shape
-                out.append(c + m if 0 not in m.strides else _spread_to(c + compact(m), a.shape))
+                out.append(c + m if 0 not in m.strides else _spread_to(c + _compact(m), a.shape))
             else:
                 out.append(add_compact(a, m))
         return tuple(out) + tuple(lam0[len(total):])
@@ -202,14 +203,29 @@ class NodeStep:
         node.set_natural(new)
 
 
+def _compact(a):
+    """:func:`~blrgraph.graph.plates.compact` of an ndarray, without its per-axis loop when
+    the stride-0 axes lead (a one-matrix spread: the product's plan's messages)."""
+    st = a.strides
+    k = st.count(0)
+    if k == 0:
+        return a
+    if st[:k] == (0,) * k:
+        return a[(slice(0, 1),) * k]
+    return compact(a)
+
+
 def _spread_to(s, shape):
     """``np.broadcast_to(s, shape)`` of a new C-contiguous ``s`` in one call (a read-only
     view, stride 0 along the axes ``s`` has of size 1)."""
     if s.shape == shape:
         return s
     lead = len(shape) - s.ndim
-    st = (0,) * lead + tuple(0 if n == 1 and t != 1 else d
-                             for n, t, d in zip(s.shape, shape[lead:], s.strides))
+    if lead == 0 and s.shape[0] == 1 and s.shape[1:] == shape[1:]:
+        st = (0,) + s.strides[1:]   # (one matrix for every entry of one plate axis)
+    else:
+        st = (0,) * lead + tuple(0 if n == 1 and t != 1 else d
+                                 for n, t, d in zip(s.shape, shape[lead:], s.strides))
     v = np.ndarray(shape, s.dtype, s, 0, st)
     v.flags.writeable = False
     return v
@@ -227,7 +243,7 @@ def _all_finite(arrays, zeros):
     array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
         if type(a) is np.ndarray and 0 in a.strides:
-            a = compact(a)
+            a = _compact(a)
         if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
             if not a.flags.c_contiguous and a.flags.f_contiguous:
                 a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)

@@ -35,7 +35,8 @@ class NormalFactor(Conditional):
         never modified, so identity tells; the result is read-only."""
         kept = self.__dict__.setdefault("_kept", {})
         hit = kept.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], operands)):
+        if hit is not None and (hit[0][0] is operands[0] if len(operands) == 1 else
+                                all(a is b for a, b in zip(hit[0], operands))):
             return hit[1]
         out = make()
         if isinstance(out, np.ndarray):
