@@ -129,3 +129,89 @@ def test_pca_fit_equals_the_general_path(monkeypatch):
     monkeypatch.setattr(det, "plan_of", lambda dot: None)
     general = fit()
     np.testing.assert_allclose(planned, general, rtol=1e-12)
+
+
+def _shared_latent(plates, rng, name, alpha=None):
+    """A q whose entries share one precision (a broadcast view: PCA's scores and
+    loadings), with random means."""
+    prior = np.eye(K) if alpha is None else alpha
+    v = bg.MultivariateNormal(np.zeros(K), prior, plates=plates, name=name)
+    A = rng.normal(size=(K, K))
+    v.start_from(rng.normal(size=plates + (K,)), A @ A.T + K * np.eye(K))
+    v.start(rng)
+    return v
+
+
+def test_shared_sums_and_entropy_total():
+    """MultivariateNormal.shared_sums: (E[V], Sigma, n Sigma + E[V]^T E[V]) of a q whose
+    entries share one precision, equal to the per-entry moments summed; entropy_total the
+    entries' entropies summed (n H of one entry); a q without one shared precision: None,
+    and entropy_total still the sum."""
+    rng = np.random.default_rng(5)
+    X = _shared_latent((6,), rng, "X")
+    fam = X.family
+    V, cov, S = fam.shared_sums(X.nat)
+    m, mm = X.moments()
+    np.testing.assert_allclose(V, m.reshape(6, K), rtol=1e-14)
+    np.testing.assert_allclose(S, mm.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(cov, np.linalg.inv(-2.0 * X.nat[1][0]), rtol=1e-12)
+    assert fam.shared_sums(X.nat) is fam.shared_sums(X.nat)          # once per q
+    np.testing.assert_allclose(fam.entropy_total(X.nat), np.sum(fam.entropy(X.nat)), rtol=1e-13)
+    Z = _latent((6,), rng, "Z")                                        # one precision each
+    assert Z.family.shared_sums(Z.nat) is None
+    np.testing.assert_allclose(Z.family.entropy_total(Z.nat), np.sum(Z.family.entropy(Z.nat)),
+                               rtol=1e-13)
+
+
+def test_the_first_sum_from_a_kept_message_product():
+    """A message to one operand keeps c1 E[V_other] (per c1 and q); the first sum told
+    that c1 = c y (``scaled``) is then <c1 E[V_w], E[V_x]> / c, without a product of y,
+    equal to the dense sum; after the other operand's q changes, the kept product is
+    not used."""
+    rng = np.random.default_rng(6)
+    W, X = _shared_latent((4, 1), rng, "W"), _shared_latent((6,), rng, "X")
+    dot = bg.Dot(W, X)
+    plan = plan_of(dot)
+    y = rng.normal(size=dot.plates)
+    c = 2.5
+    c1 = c * y
+    for _ in range(2):
+        dot.backward((c1, np.asarray(-0.5 * c)), X)      # keeps c1 E[V_w]
+        X.set_natural(_shared_latent((6,), rng, "X2").nat)
+        s1, s2 = dot.moment_sums(None, y, (), dot.plates, scaled=(c, c1))
+        assert all(d is None or d[0] is not y for d in plan._data)   # no product of y
+        mx, Sx = _full(X, dot.plates)
+        mw, Sw = _full(W, dot.plates)
+        np.testing.assert_allclose(s1, np.sum(y * np.einsum("...k,...k->...", mw, mx)),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(s2, np.sum(np.einsum("...kl,...kl->...", Sw, Sx)), rtol=1e-12)
+        W.set_natural(_shared_latent((4, 1), rng, "W2").nat)   # the kept product is stale
+        s1, _ = dot.moment_sums(None, y, (), dot.plates, scaled=(c, c1))
+        mw = _full(W, dot.plates)[0]
+        np.testing.assert_allclose(s1, np.sum(y * np.einsum("...k,...k->...", mw, mx)),
+                                   rtol=1e-12)
+
+
+def test_ard_message_from_shared_sums_equals_the_entrywise_message(monkeypatch):
+    """The ARD precision's message from loadings whose entries share one covariance
+    (DiagonalGammaFactor._shared_message: diag S and the column sums of E[V]) equals the
+    message from the per-entry moments, for a zero and a nonzero prior mean."""
+    from blrgraph.graph.base import _LazyMoments
+    from blrgraph.graph.factors.gaussian import DiagonalGammaFactor
+    rng = np.random.default_rng(7)
+    for mean in (np.zeros(K), rng.normal(size=K)):
+        alpha = bg.Gamma(2.0, 3.0, plates=(K,), name="alpha")
+        W = bg.MultivariateNormal(mean, alpha, plates=(5, 1), name="W")
+        A = rng.normal(size=(K, K))
+        W.start_from(rng.normal(size=(5, 1, K)), A @ A.T + K * np.eye(K))
+        W.start(rng)
+        f = W.factor
+        assert isinstance(f, DiagonalGammaFactor)
+        u = _LazyMoments(f.parents)
+        got = f.message(1, W.child_data(), u, None, alpha.plates)
+        monkeypatch.setattr(DiagonalGammaFactor, "_shared_message", lambda *a: None)
+        want = f.message(1, W.child_data(), _LazyMoments(f.parents), None, alpha.plates)
+        monkeypatch.undo()
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+            assert np.shape(g) == np.shape(w)

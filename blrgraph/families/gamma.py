@@ -24,10 +24,11 @@ import numpy as np
 from scipy import stats
 from scipy.special import digamma, gammaln
 
-from .base import ExponentialFamily
+from .base import _F8, ExponentialFamily
 from ._scalar_helpers import as_nat, broadcast_copies, check_positive, draw_shape, frozen, get_rng
 
 _min = np.minimum.reduce
+_ARRAYS = (np.ndarray, np.float64)   # (a 0-d sum comes back as a numpy scalar)
 
 
 class Gamma(ExponentialFamily):
@@ -60,6 +61,11 @@ class Gamma(ExponentialFamily):
         return {"shape": a, "rate": b}
 
     def _ab(self, nat):
+        if type(nat) is tuple and len(nat) == 2:
+            l1, l2 = nat
+            if type(l1) in _ARRAYS and type(l2) in _ARRAYS and \
+                    l1.dtype == _F8 and l2.dtype == _F8:   # (q's own: every sweep)
+                return l1 + 1.0, -l2
         l1, l2 = as_nat(nat, 2)
         return l1 + 1.0, -l2
 
@@ -74,7 +80,8 @@ class Gamma(ExponentialFamily):
 
     def mean_params(self, nat):
         a, b = self._ab(nat)
-        a, b = np.broadcast_arrays(a, b)
+        if a.shape != b.shape:
+            a, b = np.broadcast_arrays(a, b)
         return (digamma(a) - np.log(b), a / b)
 
     def entropy(self, nat):

@@ -153,10 +153,39 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         plate axes. None otherwise."""
         m, _, cov, _, _ = self._unpack(nat)
         k = cov.ndim - 2
-        if k == 0 or math.prod(cov.shape[:k]) <= 1 or \
-                not all(st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k])):
+        if k == 0 or math.prod(cov.shape[:k]) <= 1 or (any(cov.strides[:k]) and not all(
+                st == 0 or n == 1 for st, n in zip(cov.strides[:k], cov.shape[:k]))):
             return None
         return m, cov[(slice(0, 1),) * k]
+
+    def shared_sums(self, nat):
+        """(E[V] as (n, D), Sigma (D, D), S = sum_n E[v_n v_n^T] = n Sigma + E[V]^T E[V])
+        for a q of :meth:`shared_covariance` (else None), once per q: the product's plan
+        (graph/bilinear.py) and the compiled sweep's ELBO term read the same S."""
+        memo = self.__dict__.get("_sums_memo")
+        if memo is not None and memo[0] is nat[0] and memo[1] is nat[1]:
+            return memo[2]
+        parts = self.shared_covariance(nat)
+        out = None
+        if parts is not None:
+            m, cov = parts
+            D = m.shape[-1]
+            V = m.reshape(-1, D)
+            cov = cov.reshape(D, D)
+            S = V.shape[0] * cov + V.T @ V
+            S.flags.writeable = False
+            out = (V, cov, S)
+        self._sums_memo = (nat[0], nat[1], out)
+        return out
+
+    def release(self):
+        super().release()
+        self.__dict__.pop("_sums_memo", None)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_sums_memo", None)
+        return state
 
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)
@@ -202,6 +231,15 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         m, _, _, logdet_prec, _ = self._unpack(nat)
         d = m.shape[-1]
         return 0.5 * d * (1.0 + LOG2PI) - 0.5 * logdet_prec
+
+    def entropy_total(self, nat):
+        """H summed over the plate entries, a float: n H of one entry when they share one
+        precision (a stride-0 log-determinant, :meth:`_unpack`)."""
+        m, _, _, ld, _ = self._unpack(nat)
+        d = m.shape[-1]
+        if ld.ndim and not any(ld.strides):
+            return ld.size * (0.5 * d * (1.0 + LOG2PI) - 0.5 * float(ld[(0,) * ld.ndim]))
+        return float(np.add.reduce(0.5 * d * (1.0 + LOG2PI) - 0.5 * ld, axis=None))
 
     def kl(self, nat1, nat2):
         """KL = [tr(L2 S1) + (m2-m1)^T L2 (m2-m1) - D + log|L1| - log|L2|] / 2."""
@@ -295,7 +333,7 @@ def _shared_matrix(a):
     if math.prod(a.shape[:-2]) <= 1:
         return None
     first = a[(0,) * k]
-    if all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
+    if not any(a.strides[:k]) or all(st == 0 or n == 1 for st, n in zip(a.strides[:k], a.shape[:k])):
         return first   # a broadcast view of one matrix: equal without looking
     last = a[(-1,) * k]
     if last[0, 0] != first[0, 0] or last[-1, -1] != first[-1, -1]:

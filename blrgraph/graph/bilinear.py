@@ -25,7 +25,8 @@ import weakref
 
 import numpy as np
 
-_sum = np.add.reduce   # (np.sum without its Python wrapper: the same reduction)
+from ..families.base import vdot as _vdot   # (np.vdot without its Python dispatcher)
+
 
 #: {Dot: its plan}, kept outside the node (a pickled model carries no operand's q)
 _PLANS = weakref.WeakKeyDictionary()
@@ -77,12 +78,14 @@ class Bilinear:
         got = self._stats[i]
         if got is not None and got[0][0] is state[0] and got[0][1] == state[1]:
             return got[1], got[2]
-        m, cov = _shared(node)
+        sums = _shared(node)
         n = self.sizes[i]
-        if cov is not None:
-            m = m.reshape(n, -1) if m.size == n * m.shape[-1] else \
-                np.broadcast_to(m, tuple(node.plates) + m.shape[-1:]).reshape(n, -1)
-            S = n * cov.reshape(cov.shape[-2:]) + m.T @ m
+        if sums is not None and sums[0].shape[0] == n:
+            m, _, S = sums   # (the family's, once per q: the compiled ELBO term reads S too)
+        elif sums is not None:   # (q's entries broadcast along a plate axis of the node)
+            m, cov = node.family.shared_covariance(node.nat)
+            m = np.broadcast_to(m, tuple(node.plates) + m.shape[-1:]).reshape(n, -1)
+            S = n * sums[1] + m.T @ m
         else:
             m, mm = node.moments()
             K = m.shape[-1]
@@ -94,33 +97,51 @@ class Bilinear:
         return m, S
 
     def message(self, dot, c1, c2, i):
-        """The message (sum c1 E[other], c2 S_other) to operand i, with c2 one number."""
+        """The message (sum c1 E[other], c2 S_other) to operand i, with c2 one number; the
+        product of c1 with the other operand's means is kept (per c1 and q), where
+        :meth:`sums` finds it when told c1 = c y (``scaled``)."""
         other = 1 - i
         m, S = self.stats(dot, other)
-        C = self.cells(c1)
-        first = C @ m if self.order[0] == i else C.T @ m
         plates = tuple(dot.operands[i].plates)
-        return first.reshape(plates + m.shape[-1:]), _spread(c2 * S, plates)
+        return self._product(c1, other, m).reshape(plates + m.shape[-1:]), \
+            _spread(c2 * S, plates)
 
-    def sums(self, dot, y, second):
-        """(sum_cells y E[a], sum_cells E[a^2]) (None for an absent y; second=False: None)."""
+    def _product(self, y, j, m):
+        """Y E[V_j] (a cell array as the cells' matrix, contracted with operand j's means
+        m), kept per array and q of operand j."""
+        state = self._stats[j][0][0]
+        got = self._data[j]
+        if got is not None and got[0] is y and got[1] is state:
+            return got[2]
+        Y = self.cells(y)
+        prod = Y @ m if self.order[1] == j else Y.T @ m
+        self._data[j] = (y, state, prod)
+        return prod
+
+    def sums(self, dot, y, second, scaled=None):
+        """(sum_cells y E[a], sum_cells E[a^2]) (None for an absent y; second=False: None).
+        ``scaled``: (c, c1) with c1 = c y for a number c != 0 (a message's coefficients,
+        kept by the data's factor): a kept product of c1 with an operand's means then
+        gives the first sum as <c1 E[V_j], E[V_i]> / c, without a product of y."""
         (m0, S0), (m1, S1) = self.stats(dot, 0), self.stats(dot, 1)
-        s1 = None if y is None else self._first_sum(dot, y, (m0, m1))
-        s2 = float(_sum(S0 * S1, axis=None)) if second else None
+        s1 = None if y is None else self._first_sum(dot, y, (m0, m1), scaled)
+        s2 = float(_vdot(S0, S1)) if second else None
         return s1, s2
 
-    def _first_sum(self, dot, y, means):
-        """sum((Y E[V_j]) * E[V_i]): Y times the means of the operand whose q is newest
-        (kept per data and q: the other operand is the next to change)."""
+    def _first_sum(self, dot, y, means, scaled=None):
+        """sum((Y E[V_j]) * E[V_i]): a kept product of Y (or of c1 = c Y, divided by c) with
+        the means of either operand at its current q, else Y times the means of the
+        operand whose q is newest (the other operand is the next to change)."""
         for j in (self._fresh, 1 - self._fresh):
             got = self._data[j]
-            if got is not None and got[0] is y and got[1] is self._stats[j][0][0]:
-                return float(_sum(got[2] * means[1 - j], axis=None))
+            if got is None or got[1] is not self._stats[j][0][0]:
+                continue
+            if got[0] is y:
+                return float(_vdot(got[2], means[1 - j]))
+            if scaled is not None and got[0] is scaled[1]:
+                return float(_vdot(got[2], means[1 - j])) / scaled[0]
         j = self._fresh
-        Y = self.cells(y)
-        prod = Y @ means[j] if self.order[1] == j else Y.T @ means[j]
-        self._data[j] = (y, self._stats[j][0][0], prod)
-        return float(_sum(prod * means[1 - j], axis=None))
+        return float(_vdot(self._product(y, j, means[j]), means[1 - j]))
 
 
 def _spread(a, lead):
@@ -140,10 +161,10 @@ def _state(node):
 
 
 def _shared(node):
-    """(E[v], Sigma) of a latent q whose entries share one covariance, else (None, None)."""
+    """(E[V] (entries, K), Sigma, S) of a latent q whose entries share one covariance
+    (the family's ``shared_sums``), else None."""
     if node.stochastic and not node.observed and not node.point and node.nat is not None:
-        f = node.family.shared_covariance
-        parts = None if f is None else f(node.nat)
-        if parts is not None:
-            return parts
-    return None, None
+        f = getattr(node.family, "shared_sums", None)
+        if f is not None:
+            return f(node.nat)
+    return None

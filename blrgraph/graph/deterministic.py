@@ -160,13 +160,15 @@ class Dot(Deterministic):
         return wsum(None, ma, mb, subs=("A", "A"), out="", target_plates=self.plates,
                     full_plates=self.plates)
 
-    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True, scaled=None):
         """(sum coef y E[a], sum coef E[a^2]) over the entries, reduced to ``target_plates``,
         without the per-entry moments of :meth:`moments` (docs/latent_products.md, "Sums
         over the entries"); None for a design-matrix operand (the caller then reads
         :meth:`moments`). ``coef`` and ``y`` are plate arrays (or None: 1, and no first
         sum); ``plates``: the entries' plates (the child's), broadcast with the product's;
-        ``second=False``: the first sum only (None in place of the second).
+        ``second=False``: the first sum only (None in place of the second); ``scaled``:
+        (c, c1) with c1 = c y, a message's coefficients whose products the plan may have
+        kept (graph/bilinear.py: ``Bilinear.sums``).
 
         E[a^2] = tr(E[w w^T] E[x x^T]) is contracted by einsum without the (entries)
         array: with coef constant (no mask, one noise precision) the sums over each
@@ -182,7 +184,7 @@ class Dot(Deterministic):
         plan = _plan(self, coef)
         same = tuple(plates) == self.plates or broadcast_plates(self.plates, plates) == self.plates
         if plan is not None and same and (not target_plates or max(target_plates) == 1):
-            s1, s2 = plan.sums(self, y, second)   # one number c for every cell: c x the sums
+            s1, s2 = plan.sums(self, y, second, scaled)   # one number c for every cell: c x the sums
             c = 1.0 if coef is None else float(coef)
             shape = tuple(target_plates)
             full = np.asarray if not shape else lambda v: np.full(shape, v)
@@ -236,7 +238,7 @@ class Dot(Deterministic):
 
         def back(msg):
             c1, c2 = msg
-            if np.ndim(c2) != 0:
+            if (c2.ndim if type(c2) in (np.ndarray, np.float64) else np.ndim(c2)) != 0:
                 return self.backward(msg, parent)
             return plan.message(self, c1, float(c2), i)
         return back
@@ -470,7 +472,7 @@ class Add(Deterministic):
         return (np.broadcast_to(ma + mb, self.plates),
                 np.broadcast_to(sa + 2.0 * ma * mb + sb, self.plates))
 
-    def moment_sums(self, coef, y, target_plates, plates=(), second=True):
+    def moment_sums(self, coef, y, target_plates, plates=(), second=True, scaled=None):
         """(sum coef y E[s], sum coef E[s^2]) reduced to ``target_plates`` (see
         :meth:`Dot.moment_sums`) from the operands' own sums when one of them gives them
         (``Add(Dot(W, x), mu)``: probabilistic PCA with column offsets), else None:

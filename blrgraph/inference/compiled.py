@@ -38,7 +38,7 @@ from .. import rowsplit
 from ..graph.base import _LazyMoments
 from ..graph.plates import add_compact, compact
 from ..families.base import _F8, ExponentialFamily, _fsum, vdot as _vdot
-from .blr import SUM_CHECK, _finite, blr_update, target_terms
+from .blr import _finite, blr_update, target_terms
 from .views import WholeData
 
 _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduction)
@@ -137,10 +137,13 @@ def _moving_target(node, total):
     out = []
     for a, m, k in zip(lam0, total, node.family.event_ndims):
         shape = node.plates + a.shape[a.ndim - k:]
-        if type(m) is np.ndarray and m.shape == shape and 0 not in m.strides and \
-                a.ndim <= m.ndim and all(x == 1 or x == y for x, y in
-                                         zip(a.shape[::-1], shape[::-1])):
-            out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+        if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
+                (a.shape == shape[len(shape) - a.ndim:] or
+                 all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1]))):
+            if 0 not in m.strides:
+                out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+            else:   # one matrix for every entry (the loadings' precision): one sum
+                out.append(_spread_to(compact(a) + _compact(m), shape))
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
     return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
@@ -169,8 +172,10 @@ class NodeStep:
         lam0 = self.lam0
         out = []
         for a, c, m in zip(lam0, self.compact0, total):
-            if type(m) is np.ndarray and m.shape == a.shape and 0 not in m.strides:
-                out.append(c + m)
+            if type(m) is np.ndarray and m.shape == a.shape:
+                # a message with every entry of its own, or one matrix for every entry
+                # (a product's plan: the scores' precision): added at the compact shape
+                out.append(c + m if 0 not in m.strides else _spread_to(c + _compact(m), a.shape))
             else:
                 out.append(add_compact(a, m))
         return tuple(out) + tuple(lam0[len(total):])
@@ -288,12 +293,47 @@ def _zstep(model, node, routes):
     return ZStep(node, routes, r.factor, r.child)
 
 
+def _compact(a):
+    """:func:`~blrgraph.graph.plates.compact` of an ndarray, without its per-axis loop when
+    the stride-0 axes lead (a one-matrix spread: the product's plan's messages)."""
+    st = a.strides
+    k = st.count(0)
+    if k == 0:
+        return a
+    if st[:k] == (0,) * k:
+        return a[(slice(0, 1),) * k]
+    return compact(a)
+
+
+def _spread_to(s, shape):
+    """``np.broadcast_to(s, shape)`` of a new C-contiguous ``s`` in one call (a read-only
+    view, stride 0 along the axes ``s`` has of size 1)."""
+    if s.shape == shape:
+        return s
+    lead = len(shape) - s.ndim
+    if lead == 0 and s.shape[0] == 1 and s.shape[1:] == shape[1:]:
+        st = (0,) + s.strides[1:]   # (one matrix for every entry of one plate axis)
+    else:
+        st = (0,) * lead + tuple(0 if n == 1 and t != 1 else d
+                                 for n, t, d in zip(s.shape, shape[lead:], s.strides))
+    v = np.ndarray(shape, s.dtype, s, 0, st)
+    v.flags.writeable = False
+    return v
+
+
+#: arrays up to this size are tested by one product with kept zeros (_all_finite)
+SUM_CHECK = 1 << 16
+
+
 def _all_finite(arrays, zeros):
     """Is every entry of every array finite? One product with zeros per contiguous float
-    array of at most ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0
-    exactly when every entry is finite, and it cannot overflow); :func:`~.blr._finite`
-    for any other array (a larger one: one sum, no kept zeros)."""
+    array (its compact view: one matrix for every entry is tested once) of at most
+    ``SUM_CHECK`` entries (0 x inf and 0 x nan are nan: the product is 0 exactly when
+    every entry is finite, and it cannot overflow); :func:`~.blr._finite` for any other
+    array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
+        if type(a) is np.ndarray and 0 in a.strides:
+            a = _compact(a)
         if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
             if not a.flags.c_contiguous and a.flags.f_contiguous:
                 a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
@@ -314,20 +354,23 @@ class ClosedTerm:
     lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
     data)."""
 
-    __slots__ = ("node", "lam0", "ea0")
+    __slots__ = ("node", "lam0", "ea0", "parts0")
 
     def __init__(self, node):
         self.node = node
         fixed = node.prior_is_fixed()
         self.lam0 = node.prior_natural() if fixed else None
         self.ea0 = self._ea0() if fixed else None
+        self.parts0 = None if self.lam0 is None or \
+            getattr(node.family, "shared_sums", None) is None else _shared_prior(self.lam0)
 
     def _ea0(self):
         n = self.node
         f = n.factor
         ea0 = f.expected_log_partition([p.moments() for p in f.parents])
-        if type(ea0) is float:
-            return ea0 * math.prod(n.plates)
+        if type(ea0) is float or (type(ea0) is np.float64 or
+                                  (type(ea0) is np.ndarray and ea0.ndim == 0)):
+            return float(ea0) * math.prod(n.plates)   # (one number for every entry)
         return float(_sum(np.broadcast_to(ea0, n.plates), axis=None))
 
     def expected_a0(self):
@@ -338,7 +381,7 @@ class ClosedTerm:
         n = self.node
         lam = n.nat
         lam0 = _prior(n) if self.lam0 is None else self.lam0
-        shared = _shared_term(n, lam0, lam)
+        shared = _shared_term(n, lam0, lam, self.parts0)
         if shared is not None:
             return shared - self.expected_a0()
         fam = n.family
@@ -351,31 +394,42 @@ class ClosedTerm:
         return total - self.expected_a0()
 
 
-def _shared_term(node, lam0, lam):
+def _shared_prior(lam0):
+    """(lam0_1 as one vector or None, lam0_2 as one flat matrix) when lam0 has one second
+    component for every entry (:func:`_shared_term`), else None."""
+    if len(lam0) != 2 or np.ndim(lam0[1]) < 2:
+        return None
+    b = compact(lam0[1])
+    K = b.shape[-1]
+    if b.shape[-2] != K or any(k != 1 for k in b.shape[:-2]) or np.shape(lam0[0])[-1:] != (K,):
+        return None
+    a = compact(lam0[0])
+    return (a.reshape(K) if a.size == K else None), b.reshape(K * K)
+
+
+def _shared_term(node, lam0, lam, parts0=None):
     """<lam0, E T> + H[q] (the same as <lam0 - lam, E T> + A(lam) when log h = 0, without
     their two large terms m^T L m that cancel) for a Gaussian q whose entries share one
-    covariance Sigma (the family's ``shared_covariance``: PCA's scores and ARD loadings)
-    and a lam0 with one second component for every entry: <lam0_1, E[V]> +
-    <lam0_2, n Sigma + E[V]^T E[V]> + the entropies, without the (entries, D, D) stack of
-    E[v v^T] (None otherwise)."""
+    covariance Sigma (the family's ``shared_sums``: PCA's scores and ARD loadings) and a
+    lam0 with one second component for every entry: <lam0_1, E[V]> + <lam0_2, S> with
+    S = n Sigma + E[V]^T E[V] (the product's plan reads the same S) + n H of one entry,
+    without the (entries, D, D) stack of E[v v^T] (None otherwise)."""
     fam = node.family
-    f = fam.shared_covariance
+    f = getattr(fam, "shared_sums", None)
     if f is None or len(lam) != 2 or type(fam).expected_log_base_measure is not \
             ExponentialFamily.expected_log_base_measure:
+        return None
+    parts0 = _shared_prior(lam0) if parts0 is None else parts0
+    if parts0 is None:
         return None
     parts = f(lam)
     if parts is None:
         return None
-    b = compact(lam0[1])
-    if any(k != 1 for k in b.shape[:-2]):
-        return None
-    m, cov = parts
-    K = m.shape[-1]
-    b = b.reshape(K, K)
-    V = m.reshape(-1, K)
-    return float(_sum(lam0[0] * m, axis=None)) + \
-        V.shape[0] * float(_sum(b * cov.reshape(K, K), axis=None)) + \
-        float(_sum(b * (V.T @ V), axis=None)) + float(_sum(fam.entropy(lam), axis=None))
+    V, _, S = parts
+    a, b = parts0
+    first = float(_sum(V @ a, axis=None)) if a is not None else \
+        float(_sum(lam0[0] * V.reshape(lam0[0].shape), axis=None))
+    return first + float(_vdot(b, S)) + fam.entropy_total(lam)
 
 
 class FusedTerm:
@@ -396,7 +450,9 @@ class FusedTerm:
         last, n = self.step.last, self.step.node
         if last is None or n.nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
-        total = _fsum(n.family.log_partition(n.nat)) - self.closed.expected_a0()
+        fam = n.family
+        total = (fam.log_partition_total(n.nat) if hasattr(fam, "log_partition_total") else
+                 _fsum(fam.log_partition(n.nat))) - self.closed.expected_a0()
         for factor, rest in self.rests:
             total += rest(_LazyMoments(factor.parents))
         return total

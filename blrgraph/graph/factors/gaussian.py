@@ -5,6 +5,8 @@ or one joint Normal-Gamma / Normal-Wishart node.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...predictive import MultivariateT, monte_carlo, normal, student_t
@@ -33,7 +35,8 @@ class NormalFactor(Conditional):
         never modified, so identity tells; the result is read-only."""
         kept = self.__dict__.setdefault("_kept", {})
         hit = kept.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], operands)):
+        if hit is not None and (hit[0][0] is operands[0] if len(operands) == 1 else
+                                all(a is b for a, b in zip(hit[0], operands))):
             return hit[1]
         out = make()
         if isinstance(out, np.ndarray):
@@ -57,10 +60,11 @@ class NormalFactor(Conditional):
             if w is None and tuple(target) == tuple(x.plates):
                 # nothing to sum: the precision at its own (broadcastable) shape, so a
                 # Dot(W, x) parent sees one coefficient for all cells (PCA: one sum over d)
-                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: wsum(None, t, x1, **kw))
+                c1 = self._keep(("c1", tuple(target)), (t, x1), lambda: _times(t, x1, kw))
                 return (c1, -0.5 * np.asarray(t))
             return (wsum(w, t, x1, **kw), -0.5 * wsum(w, t, **kw))
-        sums = _mean_sums(self.parents[0], w, x1, target, x.plates)
+        sums = _mean_sums(self.parents[0], w, x1, target, x.plates,
+                          None if w is not None else self._scaled(x1, x.plates))
         if sums is not None:   # sum w (x - m)^2 = sum w x^2 - 2 sum w x E[m] + sum w E[m^2]
             s1, s2 = sums
             return (0.5 * wsum(w, **kw), -0.5 * (self._data_sum(w, x2, kw) - 2.0 * s1 + s2))
@@ -80,14 +84,12 @@ class NormalFactor(Conditional):
             return super().route(i, x, target)
         x1, x2 = x.moments
         if i == 0 and target == tuple(x.plates):
-            kept = [None, None]
+            key, kw = ("c1", target), dict(target_plates=target, full_plates=x.plates)
 
-            def to_mean(u):
+            def to_mean(u):   # (kept as the generic message keeps it: _scaled reads it)
                 t = u[1][1]
-                if kept[0] is not t:
-                    kept[0], kept[1] = t, wsum(None, t, x1, target_plates=target,
-                                               full_plates=x.plates)
-                return (kept[1], -0.5 * np.asarray(t))
+                return (self._keep(key, (t, x1), lambda: _times(t, x1, kw)),
+                        -0.5 * np.asarray(t))
             return to_mean
         sums = self.parents[0].moment_sums
         if i == 1 and sums is not None:
@@ -95,13 +97,23 @@ class NormalFactor(Conditional):
             half_n, sx2, plates = 0.5 * wsum(None, **kw), wsum(None, x2, **kw), x.plates
 
             def to_precision(u):
-                got = sums(None, x1, target, plates)
+                got = sums(None, x1, target, plates, scaled=self._scaled(x1, plates))
                 if got is None:
                     return self.message(1, x, u, None, target)
                 s1, s2 = got   # (arrays: lam0 + the message is one sum, blr.target_from)
                 return (np.asarray(half_n), np.asarray(-0.5 * (sx2 - 2.0 * s1 + s2)))
             return to_precision
         return super().route(i, x, target)
+
+    def _scaled(self, x1, plates):
+        """(c, c1) of the message to the mean kept for the data x1 (c1 = c x1, c = E[tau]
+        one nonzero number): a mean that contracts c1 with its operands' means
+        (``Dot``'s plan) then has the first sum of x1 without another product."""
+        hit = self.__dict__.get("_kept", {}).get(("c1", tuple(plates)))
+        if hit is None or hit[0][1] is not x1 or np.ndim(hit[0][0]) != 0:
+            return None
+        c = float(hit[0][0])
+        return None if c == 0.0 else (c, hit[1])
 
     def term_rest(self, i, x):
         """The ELBO term minus <message to the mean, (E[m], E[m^2])>:
@@ -135,7 +147,8 @@ class NormalFactor(Conditional):
         lt, t = u[1]
         coef = t if w is None else np.asarray(w, dtype=float) * t
         if w is None and np.ndim(t) == 0:   # one precision: t times the unweighted sums,
-            sums = _mean_sums(self.parents[0], None, x1, (), x.plates)   # which are its
+            sums = _mean_sums(self.parents[0], None, x1, (), x.plates,   # which are its
+                              self._scaled(x1, x.plates))
             sums = None if sums is None else (t * sums[0], t * sums[1])  # next message's
         else:
             sums = _mean_sums(self.parents[0], coef, x1, (), x.plates)
@@ -173,6 +186,15 @@ class NormalFactor(Conditional):
         return super().predictive(q, plates, ctx)
 
 
+def _times(t, x1, kw):
+    """t x1 at the target plates (``wsum(None, t, x1, **kw)``), by one product when
+    nothing is summed (the data times the noise precision: the same numbers)."""
+    out = np.multiply(t, x1)
+    if type(out) is np.ndarray and out.shape == tuple(kw["target_plates"]) == tuple(kw["full_plates"]):
+        return out
+    return wsum(None, t, x1, **kw)
+
+
 def _has_log_h(family):
     """Does the family define a non-constant log h (else log h = 0: nothing to sum)?"""
     from ...families.base import ExponentialFamily
@@ -181,12 +203,13 @@ def _has_log_h(family):
             or t.expected_log_base_measure is not ExponentialFamily.expected_log_base_measure)
 
 
-def _mean_sums(mean, w, x1, target, plates):
+def _mean_sums(mean, w, x1, target, plates, scaled=None):
     """(sum w x1 E[m], sum w E[m^2]) reduced to ``target``, from the mean parent itself
     when it can give them without its per-entry moments (``moment_sums``: a ``Dot`` of
-    two latent vectors), else None (then the caller reads the parent's moments)."""
+    two latent vectors), else None (then the caller reads the parent's moments).
+    ``scaled``: NormalFactor._scaled's (c, c1)."""
     f = mean.moment_sums
-    return None if f is None else f(w, x1, target, plates)
+    return None if f is None else f(w, x1, target, plates, scaled=scaled)
 
 
 class NormalGammaFactor(Conditional):
@@ -449,9 +472,9 @@ class DiagonalGammaFactor(Conditional):
     def prior_natural(self, u):
         (m1, _), _ = u
         _, t = self._tau(u)
-        diag = np.zeros(np.shape(t) + (np.shape(t)[-1],))
-        idx = np.arange(np.shape(t)[-1])
-        diag[..., idx, idx] = t
+        D = t.shape[-1]
+        diag = np.zeros(t.shape + (D,))
+        diag.reshape(t.shape[:-1] + (D * D,))[..., ::D + 1] = t   # (its diagonal: a view)
         return (t * m1, -0.5 * diag)
 
     def expected_log_partition(self, u):
@@ -462,8 +485,37 @@ class DiagonalGammaFactor(Conditional):
         m2d = m2.diagonal(0, -2, -1)
         return 0.5 * np.add.reduce(t * m2d, -1) - 0.5 * np.add.reduce(lt, -1) + 0.5 * D * LOG2PI
 
+    def _shared_message(self, x, m1, m2, target):
+        """The message to one precision per coordinate (ARD: tau with plates (D,)) from the
+        node's own q when its entries share one covariance (``shared_sums``: S = sum_n
+        E[x_n x_n^T]) and the mean's moments are one vector and one matrix for every
+        entry: (n/2, -(diag S - 2 m1 * sum_n E[x_n] + n diag m2) / 2) per coordinate,
+        without the (entries, D, D) moments (None otherwise)."""
+        node = self.node
+        f = getattr(node.family, "shared_sums", None)
+        if f is None or node.nat is None or node.point or node._factored is not None or \
+                tuple(x.plates) != tuple(node.plates):
+            return None
+        m1, m2 = np.asarray(m1), np.asarray(m2)
+        D = m1.shape[-1]
+        if tuple(target) != (D,) or math.prod(m1.shape[:-1]) != 1 or \
+                math.prod(m2.shape[:-2]) != 1:
+            return None
+        sums = f(node.nat)
+        if sums is None:
+            return None
+        V, _, S = sums
+        n = V.shape[0]
+        d2 = S.diagonal() - 2.0 * m1.reshape(D) * (np.ones(n) @ V) + \
+            n * m2.reshape(D, D).diagonal()
+        return np.full(D, 0.5 * n), -0.5 * d2
+
     def message(self, i, x, u, w, target):
         (m1, m2), _ = u
+        if i == 1 and w is None and x.value is None:
+            got = self._shared_message(x, m1, m2, target)
+            if got is not None:
+                return got
         _, t = self._tau(u)
         x1 = _first_moment(x)
         if i == 0:
