@@ -156,9 +156,13 @@ def _spd_inv(c):
         _, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
         if info:   # pragma: no cover (c has a positive diagonal: never singular)
             return _inv_from_chol(c)[0]
-    w = buf + buf.swapaxes(-1, -2)          # (the upper triangle of buf is zero)
-    w.reshape(n, d * d)[:, ::d + 1] *= 0.5  # (the diagonal, doubled: halved exactly)
-    return w.reshape(c.shape)
+    low = _LOWER.get(d)
+    if low is None:
+        low = _LOWER[d] = np.tril(np.ones((d, d), dtype=bool))
+    return np.where(low, buf, buf.swapaxes(-1, -2)).reshape(c.shape)   # (the triangle mirrored)
+
+
+_LOWER = {}   # {D: the D x D mask of the lower triangle with the diagonal}
 
 
 def _spd_inv_logdet(a, what="matrix", who="family"):
