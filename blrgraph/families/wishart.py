@@ -156,13 +156,15 @@ def _spd_inv(c):
         _, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
         if info:   # pragma: no cover (c has a positive diagonal: never singular)
             return _inv_from_chol(c)[0]
-    low = _LOWER.get(d)
-    if low is None:
-        low = _LOWER[d] = np.tril(np.ones((d, d), dtype=bool))
-    return np.where(low, buf, buf.swapaxes(-1, -2)).reshape(c.shape)   # (the triangle mirrored)
+    idx = _MIRROR.get(d)
+    if idx is None:   # (the flat index of (max(i, j), min(i, j)) for each (i, j))
+        i, j = np.indices((d, d))
+        idx = _MIRROR[d] = (np.maximum(i, j) * d + np.minimum(i, j)).ravel()
+    # the triangle mirrored by one take (the same numbers: a selection)
+    return buf.reshape(n, d * d).take(idx, axis=1).reshape(c.shape)
 
 
-_LOWER = {}   # {D: the D x D mask of the lower triangle with the diagonal}
+_MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lower triangle}
 
 
 def _spd_inv_logdet(a, what="matrix", who="family"):
