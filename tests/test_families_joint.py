@@ -202,6 +202,29 @@ def test_entropy_mvn_and_wishart_match_scipy(d):
     np.testing.assert_allclose(h, ExponentialFamily.entropy(fam, nat), rtol=1e-10)
 
 
+@pytest.mark.parametrize("plates,d", [((3,), 2), ((3,), 13), ((), 9), ((2, 2), 8), ((300,), 8)])
+def test_moments_of_larger_matrices_match_numpy_inverses(plates, d):
+    """The SPD inverses of a q's factorisation (families.wishart._spd_inv: LAPACK's potri
+    matrix by matrix for D >= 8 and a few matrices, else the batched c^-T c^-1): Sigma and
+    E[L] = nu W equal numpy's inverses, exactly symmetric; sampling reads c^-1 from c."""
+    rng = np.random.default_rng(d)
+    b = rng.standard_normal(plates + (d, d))
+    P = b @ np.swapaxes(b, -1, -2) + d * np.eye(d)
+    mvn, wis = FAMILIES["MultivariateNormal"], FAMILIES["Wishart"]
+    m = rng.standard_normal(plates + (d,))
+    Ex, Exx = mvn.mean_params(mvn.natural_from_params(m, P))
+    S = np.linalg.inv(P)
+    np.testing.assert_allclose(Ex, m, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(Exx - S, m[..., :, None] * m[..., None, :], rtol=1e-9, atol=1e-12)
+    assert np.array_equal(Exx, np.swapaxes(Exx, -1, -2))
+    nu = np.full(plates, d + 2.5)
+    EL, _ = wis.mean_params(wis.natural_from_params(nu, S))
+    np.testing.assert_allclose(EL, nu[..., None, None] * S, rtol=1e-9)
+    assert np.array_equal(EL, np.swapaxes(EL, -1, -2))
+    x = mvn.sample(mvn.natural_from_params(m, P), rng=0, size=4000)
+    np.testing.assert_allclose(np.mean(x, axis=0), m, atol=6 * np.sqrt(np.max(S)) / np.sqrt(4000))
+
+
 @pytest.mark.parametrize("name,d", [("NormalGamma", None), ("NormalWishart", 1),
                                     ("NormalWishart", 2), ("NormalWishart", 3)])
 def test_entropy_joint_matches_monte_carlo(name, d):

@@ -22,9 +22,9 @@ import numpy as np
 
 from .base import (ExponentialFamily, UnpackMemo, _fsum, broadcast_nat, check_spd, einsum,
                    object_array, vdot)
-from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_logdet, _inv_from_chol,
-                      _matvec, _outer, _prefix, _quad, _rng, _size_tuple, _sym, _sym_m2,
-                      _trace_prod)
+from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_inv_factor, _chol_logdet,
+                      _inv_from_chol, _matvec, _outer, _prefix, _quad, _rng, _size_tuple,
+                      _spd_inv, _sym, _sym_m2, _trace_prod)
 
 
 class MultivariateNormal(UnpackMemo, ExponentialFamily):
@@ -124,10 +124,10 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         precision = np.broadcast_to(precision, plates + (d, d))
         return _matvec(precision, mean), -0.5 * precision
 
-    # _unpack(nat) -> (m, L, Sigma, log|L|, c^{-1}) with c c^T = L, read-only (UnpackMemo:
+    # _unpack(nat) -> (m, L, Sigma, log|L|, c) with c c^T = L, read-only (UnpackMemo:
     # the last q is remembered). When every plate entry has the same precision (the scores
     # of probabilistic PCA without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every
-    # row) it is factorised once; L, Sigma, log|L| and c^{-1} are then broadcast views.
+    # row) it is factorised once; L, Sigma, log|L| and c are then broadcast views.
 
     def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
@@ -135,15 +135,15 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         one = _shared_matrix(lam2)
         prec = _sym_m2(lam2 if one is None else one)
         c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
-        cov, ci = _inv_from_chol(c)
+        cov = _spd_inv(c)
         logdet = _chol_logdet(c)
         if one is None:
-            return _matvec(cov, lam1), prec, cov, logdet, ci
+            return _matvec(cov, lam1), prec, cov, logdet, c
         if type(lam1) is not np.ndarray or lam1.shape[:-1] != plates:
             lam1 = np.broadcast_to(lam1, plates + cov.shape[-1:])
         m = lam1 @ cov   # Sigma symmetric: one GEMM
         return m, _spread(prec, plates), _spread(cov, plates), _spread(logdet, plates), \
-            _spread(ci, plates)
+            _spread(c, plates)
 
     def shared_covariance(self, nat):
         """(E[x], Sigma) when a stack of two or more entries has one covariance Sigma for
@@ -274,9 +274,9 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
     def sample(self, nat, rng=None, size=None):
         """x = m + c^{-T} z with c c^T = L; shape size + plates + (D,)."""
         rng = _rng(rng)
-        m, _, _, _, ci = self._unpack(nat)
+        m, _, _, _, c = self._unpack(nat)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
-        return self._plus_c(m + einsum("...ji,...j->...i", ci, z))
+        return self._plus_c(m + einsum("...ji,...j->...i", _chol_inv_factor(c), z))
 
     def mean(self, nat):
         return np.array(self._plus_c(self._unpack(nat)[0]))

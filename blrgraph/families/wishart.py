@@ -65,13 +65,28 @@ except ImportError:   # pragma: no cover
     _lapack = None
 
 
+try:   # numpy's error state as a context variable, set without np.errstate's object and
+    # argument parsing (about a sixth of a small Cholesky's cost); np.errstate otherwise
+    from numpy._core._ufunc_config import _extobj_contextvar as _errvar, _make_extobj
+    _NO_INVALID = _make_extobj(invalid="ignore")
+except ImportError:   # pragma: no cover
+    _errvar = None
+
+
 def _cholesky(a):
     """np.linalg.cholesky (the same gufunc) of a float64 stack, LinAlgError when an entry is
     not positive definite (the gufunc returns that entry as NaN)."""
     if _lapack is None or type(a) is not np.ndarray or a.dtype != np.float64 or a.ndim < 2:
         return np.linalg.cholesky(a)
-    with np.errstate(invalid="ignore"):
-        c = _lapack.cholesky_lo(a, signature="d->d")
+    if _errvar is not None:   # (np.errstate(invalid="ignore"): the same state, set directly)
+        token = _errvar.set(_NO_INVALID)
+        try:
+            c = _lapack.cholesky_lo(a, signature="d->d")
+        finally:
+            _errvar.reset(token)
+    else:   # pragma: no cover
+        with np.errstate(invalid="ignore"):
+            c = _lapack.cholesky_lo(a, signature="d->d")
     if a.size:
         d = c[..., 0, 0]   # (>= 0 or nan: a few entries summed as a list, without a reduction)
         if math.isnan(sum(d.ravel().tolist())) if d.size <= 64 else np.isnan(d).any():
@@ -109,6 +124,47 @@ def _inv_from_chol(c):
     """A^{-1} = c^{-T} c^{-1} (exactly symmetric) from A = c c^T; also returns c^{-1}."""
     ci = _chol_inv_factor(c)
     return ci.swapaxes(-1, -2) @ ci, ci
+
+
+#: Smallest D, and the largest number of matrices, for which :func:`_spd_inv` inverts
+#: matrix by matrix with LAPACK's potri (docs/benchmarks.md §12.16: at D = 13 the batched
+#: gufunc ``inv`` of c, an LU with pivoting of each triangular factor, and c^{-T} c^{-1}
+#: take 56k instructions a matrix, potri about 20k with its call; below D = 6 the batched
+#: path is cheaper)
+POTRI_MIN_D = 8
+POTRI_MAX_COUNT = 256
+
+try:
+    from scipy.linalg.lapack import dpotri as _dpotri
+except ImportError:   # pragma: no cover
+    _dpotri = None
+
+
+def _spd_inv(c):
+    """A^{-1} (exactly symmetric) from the lower Cholesky factor c of A = c c^T (a stack).
+
+    For a few matrices of D >= ``POTRI_MIN_D``: LAPACK's potri on each (on c^T, upper, in
+    Fortran order: c's own memory read as such), its triangle mirrored; else
+    :func:`_inv_from_chol`'s c^{-T} c^{-1}."""
+    d = c.shape[-1]
+    n = c.size // (d * d) if d else 0
+    if _dpotri is None or d < POTRI_MIN_D or not 0 < n <= POTRI_MAX_COUNT or \
+            type(c) is not np.ndarray or c.dtype != np.float64:
+        return _inv_from_chol(c)[0]
+    buf = np.array(c, order="C").reshape(n, d, d)   # (a copy: potri works in place)
+    for k in range(n):
+        _, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
+        if info:   # pragma: no cover (c has a positive diagonal: never singular)
+            return _inv_from_chol(c)[0]
+    idx = _MIRROR.get(d)
+    if idx is None:   # (the flat index of (max(i, j), min(i, j)) for each (i, j))
+        i, j = np.indices((d, d))
+        idx = _MIRROR[d] = (np.maximum(i, j) * d + np.minimum(i, j)).ravel()
+    # the triangle mirrored by one take (the same numbers: a selection)
+    return buf.reshape(n, d * d).take(idx, axis=1).reshape(c.shape)
+
+
+_MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lower triangle}
 
 
 def _spd_inv_logdet(a, what="matrix", who="family"):
@@ -285,7 +341,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam2 = np.array(np.broadcast_to(0.5 * (dof - d - 1.0), plates))
         return lam1, lam2
 
-    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c^{-1}) with c c^T = W^{-1}, read-only
+    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1}, read-only
     # (UnpackMemo: the last two q's are remembered, e.g. a prior and a posterior)
     MEMO_SIZE = 2
 
@@ -304,8 +360,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym_m2(lam1)
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
-        w, ci = _inv_from_chol(c)
-        return nu, w, _chol_logdet(c, -2.0), prec, ci
+        return nu, _spd_inv(c), _chol_logdet(c, -2.0), prec, c
 
     def params_from_natural(self, nat):
         nu, w, _, _, _ = self._unpack(nat)
@@ -391,9 +446,9 @@ class Wishart(UnpackMemo, ExponentialFamily):
     def sample(self, nat, rng=None, size=None):
         """Bartlett decomposition; shape size + plates + (D, D)."""
         rng = _rng(rng)
-        nu, _, _, _, ci = self._unpack(nat)
+        nu, _, _, _, c = self._unpack(nat)
         shape = _size_tuple(size) + nu.shape
-        return wishart_sample(rng, nu, np.swapaxes(ci, -1, -2), shape)
+        return wishart_sample(rng, nu, np.swapaxes(_chol_inv_factor(c), -1, -2), shape)
 
     def mean(self, nat):
         nu, w, _, _, _ = self._unpack(nat)

@@ -36,6 +36,14 @@ MAX_BYTES = 1 << 30
 STREAM = True
 
 _ROWS_PER_CHUNK = 1 << 15      # rows built at once into the cached Phi
+
+#: Products of a small kept Phi (at most ``MATVEC_MAX_SIZE`` entries) with at most
+#: ``MATVEC_MAX_COLS`` columns of weights or coefficients run as one stacked matrix-vector
+#: product (numpy's matmul: one BLAS gemv per column, Phi read as it is stored) instead of
+#: one gemm, which packs Phi into its panels on every call: 118k instructions against 54k
+#: for W^T Phi on the wine table (178 x 105, three columns; docs/benchmarks.md §12.16)
+MATVEC_MAX_COLS = 4
+MATVEC_MAX_SIZE = 1 << 16
 _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md §1.1)
 
 #: rows of one block of ``FlatStats.softmax_pass`` (its columns of Phi, P x 8 bytes each,
@@ -203,6 +211,9 @@ class FlatStats:
         if self.Phi is not None:
             blocks = rowsplit.active(self.E)
             if blocks is None:
+                m = Mt.shape[0]
+                if m <= MATVEC_MAX_COLS and self._headT.size <= MATVEC_MAX_SIZE:
+                    return np.matmul(Mt[:, None, :], self._headT).reshape(m, self.E).T
                 return (Mt @ self._headT).T
             out = np.empty((M.shape[1], self.E))   # rows over the cores (rowsplit.py)
             blocks.run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]))
@@ -217,6 +228,10 @@ class FlatStats:
         if self.Phi is not None:
             blocks = rowsplit.active(self.E)
             if blocks is None:
+                m = W.shape[1]
+                if m <= MATVEC_MAX_COLS and self._headT.size <= MATVEC_MAX_SIZE:
+                    Wt = np.ascontiguousarray(W.T)
+                    return np.matmul(self._headT, Wt[:, :, None]).reshape(m, self.layout.P)
                 return W.T @ self.Phi
             return blocks.sum(lambda a, b: W[a:b].T @ self.Phi[a:b])   # (rows over the cores)
         S = np.zeros((W.shape[1], self.layout.P))

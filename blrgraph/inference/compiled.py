@@ -154,7 +154,7 @@ class NodeStep:
     """One node's step: lam <- lam0 + the sum of its routes' messages (rho = 1); lam0
     kept when the node's parents are fixed (:func:`~.blr.target_from`'s sum)."""
 
-    __slots__ = ("node", "routes", "lam0", "compact0", "last", "pd", "zeros")
+    __slots__ = ("node", "routes", "lam0", "compact0", "last", "msg", "pd", "zeros")
 
     def __init__(self, node, routes):
         self.node, self.routes = node, routes
@@ -165,6 +165,7 @@ class NodeStep:
         self.lam0 = node.prior_natural() if node.prior_is_fixed() else None
         self.compact0 = None if self.lam0 is None else [compact(a) for a in self.lam0]
         self.last = None   # the last step's lam when it was its target (FusedTerm)
+        self.msg = None    # and then its messages' sum when lam0 is kept (ClosedTerm)
 
     def _target(self, total):
         """lam0 + the messages, as :func:`~.blr.target_from` adds them (a message with
@@ -205,6 +206,7 @@ class NodeStep:
         else:
             new = blr_update(node, node.nat, target, 1.0, it)
         self.last = new if new is target else None
+        self.msg = total if lam0 is not None and new is target else None
         node.set_natural(new)
 
 
@@ -255,6 +257,7 @@ class ZStep(NodeStep):
         arrays = self._arrays(Mt.shape[0], fs.E)
         lam, lse, p, S, counts, finite = fs.softmax_pass(Mt, arrays)
         self.kept = self.kept[-1:] + [arrays]
+        self.msg = None   # (ClosedTerm then takes lam0 - lam: no messages' sum was kept)
         if not finite:   # blr_update's checks name the node and the fix
             new = blr_update(node, node.nat, (lam,), 1.0, it)
             self.last = None
@@ -352,17 +355,19 @@ def _all_finite(arrays, zeros):
 class ClosedTerm:
     """A latent node's ELBO term as <lam0 - lam, E T> + A(lam) - E[A0] (module docstring);
     lam0 and E[A0] summed over the entries kept when the parents are fixed (constants,
-    data)."""
+    data). When q is still the node's last step at rho = 1 from that lam0 (``step``),
+    lam0 - lam is minus the step's messages: <lam0 - lam, E T> = -<messages, E T>."""
 
-    __slots__ = ("node", "lam0", "ea0", "parts0")
+    __slots__ = ("node", "lam0", "ea0", "parts0", "step")
 
-    def __init__(self, node):
+    def __init__(self, node, step=None):
         self.node = node
         fixed = node.prior_is_fixed()
         self.lam0 = node.prior_natural() if fixed else None
         self.ea0 = self._ea0() if fixed else None
         self.parts0 = None if self.lam0 is None or \
             getattr(node.family, "shared_sums", None) is None else _shared_prior(self.lam0)
+        self.step = step
 
     def _ea0(self):
         n = self.node
@@ -387,6 +392,15 @@ class ClosedTerm:
         fam = n.family
         total = fam.log_partition_total(lam) if hasattr(fam, "log_partition_total") else \
             _fsum(fam.log_partition(lam))
+        st = self.step
+        msg = None if st is None or st.last is None or st.last[0] is not lam[0] else st.msg
+        if msg is not None and all(type(d) is np.ndarray and d.shape == a.shape
+                                   for d, a in zip(msg, lam)):
+            # lam = lam0 + msg (lam0 alone in the components past msg's)
+            for d, m in zip(msg, n.moments()):
+                total -= float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape \
+                    else float(_sum(d * m, axis=None))
+            return total - self.expected_a0()
         for a0, a, m in zip(lam0, lam, n.moments()):
             d = a0 - a
             total += float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
@@ -547,12 +561,13 @@ def compile_sweep(run, view):
     for n in nodes:
         routes = [route(model, c, n) for c in model.children[n]]
         steps.append(_zstep(model, n, routes) or NodeStep(n, routes))
+    step_of = {s.node: s for s in steps}
     terms = {}
     for n in model.stochastic:
         if n.observed:
             terms[n] = ObservedTerm(n)
         elif n.factor.closed_form_elbo and _agrees(ClosedTerm(n), n):
-            terms[n] = ClosedTerm(n)
+            terms[n] = ClosedTerm(n, step_of.get(n))
         else:
             terms[n] = n.elbo_term
     last = steps[-1]
