@@ -14,7 +14,7 @@ import pytest
 
 import blrgraph as bg
 from blrgraph import rowsplit
-from blrgraph.inference import compiled, threads
+from blrgraph.inference import compiled, threads, zstep
 from helpers_models import gmm_model, lda_model
 
 
@@ -103,7 +103,7 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
 
 
 def test_z_pass_without_a_split_takes_nodesteps_steps(monkeypatch):
-    """n_jobs=1 with the pass (compiled.PASS_ALONE: BLAS's own threads run its products)
+    """n_jobs=1 with the pass (zstep.PASS_ALONE: BLAS's own threads run its products)
     against NodeStep's products and softmax: the same iterates to rounding."""
     from blrgraph.graph import suffstats
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
@@ -113,7 +113,7 @@ def test_z_pass_without_a_split_takes_nodesteps_steps(monkeypatch):
     orig = suffstats.FlatStats.softmax_pass
     monkeypatch.setattr(suffstats.FlatStats, "softmax_pass",
                         lambda *a: calls.append(rowsplit._ACTIVE.get()) or orig(*a))
-    monkeypatch.setattr(compiled, "PASS_ALONE", True)
+    monkeypatch.setattr(zstep, "PASS_ALONE", True)
     m = gmm_model(_gmm_data(1200))
     f2 = m.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
     _close(f1, ref, f2, m, ("pi", "theta", "z"))
@@ -126,8 +126,8 @@ def test_z_pass_writes_again_only_into_arrays_nothing_else_holds(monkeypatch):
     their values; the others are written again (the pass then allocates nothing)."""
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
     free = []
-    unheld = compiled._unheld
-    monkeypatch.setattr(compiled, "_unheld", lambda a: free.append(unheld(a)) or free[-1])
+    unheld = zstep._unheld
+    monkeypatch.setattr(zstep, "_unheld", lambda a: free.append(unheld(a)) or free[-1])
     model = gmm_model(_gmm_data(1200))
     z = model["z"]
     held = []

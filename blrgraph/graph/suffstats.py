@@ -240,8 +240,8 @@ class FlatStats:
         return S
 
     def softmax_pass(self, Mt, out=None):
-        """One pass over the kept rows for a mixture's assignments z (inference/compiled.py,
-        ``ZStep``), for coefficients ``Mt`` (K, P) of Phi's columns (E[log pi] folded into
+        """One pass over the kept rows for a mixture's assignments z (inference/zstep.py),
+        for coefficients ``Mt`` (K, P) of Phi's columns (E[log pi] folded into
         the constant column): lam = Phi Mt^T, the log-sum-exp and the softmax p of its rows,
         the statistics p^T Phi (K, P) and the counts sum_n p (K,). The rows go in blocks
         of ``PASS_ROWS``, each block's columns of Phi read once for both products while

@@ -30,7 +30,6 @@ through ``set_natural``, which the compiled sweep reads afresh.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -46,9 +45,9 @@ _sum = np.add.reduce   # (ndarray.sum without its Python wrapper: the same reduc
 #: False: every fit runs the generic sweep (the compiled one's reference in the tests)
 ENABLED = True
 
-#: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
-#: rows are not split (``n_jobs=1``; BLAS's own threads then run the pass's products)
-PASS_ALONE = False
+#: steps tried before NodeStep, each ``make(model, node, routes)`` -> a step or None
+#: (inference/zstep.py adds a mixture's assignments in one pass over the rows)
+STEP_MAKERS = []
 
 
 def _plus(total, m):
@@ -208,92 +207,6 @@ class NodeStep:
         self.last = new if new is target else None
         self.msg = total if lam0 is not None and new is target else None
         node.set_natural(new)
-
-
-class ZStep(NodeStep):
-    """The step of a mixture's assignments z (Categorical, one plate axis of N rows) whose
-    one child is a mixture of observed data kept as flat statistics, while the rows are
-    split over the cores (``n_jobs``, rowsplit.py): lam = E[log pi] + Phi coef, its
-    softmax and log-sum-exps, and the next sweep's messages from z (the components'
-    statistics p^T Phi and pi's counts) in one pass over the rows
-    (:meth:`~blrgraph.graph.suffstats.FlatStats.softmax_pass`): Phi is read once a sweep
-    from cache, and every row kernel of the sweep runs on all cores. The messages wait in
-    the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
-    rounding; without an active split (``n_jobs=1``) the step is NodeStep's, whose
-    products run faster in BLAS's own threads (docs/benchmarks.md §12.18)."""
-
-    __slots__ = ("mix", "x", "kept")
-
-    def __init__(self, node, routes, mix, x):
-        super().__init__(node, routes)
-        self.mix, self.x = mix, x
-        self.kept = []   # the arrays of earlier steps' lam, p and lse, to write into again
-
-    def _arrays(self, K, E):
-        """Arrays for lam, p (K, E) and lse (E,): an earlier step's that nothing else
-        holds any more (the node, the memos and any caller's reference let go of them),
-        else new ones. A sweep at 400,000 x 10 spends 15 to 20 ms faulting in the pages
-        of new arrays (docs/benchmarks.md §12.18)."""
-        kept = self.kept
-        for i, arrays in enumerate(kept):
-            if arrays[0].shape == (K, E) and _unheld(arrays):
-                return kept.pop(i)
-        return np.empty((K, E)), np.empty((K, E)), np.empty(E)
-
-    def step(self, it):
-        mix, node, x = self.mix, self.node, self.x
-        plan = mix._flat(x.child_data(), node.moments()[0], None)
-        fs = None if plan is None or plan[2] != 1 else plan[0]
-        if fs is None or fs.Phi is None or (rowsplit.active(fs.E) is None and not (
-                PASS_ALONE and fs.E >= 2 * rowsplit.MIN_ROWS)):
-            return NodeStep.step(self, it)
-        lam0 = self.lam0 if self.lam0 is not None else _prior(node, broadcast=False)
-        off = compact(lam0[0])
-        K = off.shape[-1]
-        if off.size != K:   # a prior with its own rows: NodeStep's sum
-            return NodeStep.step(self, it)
-        Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
-        Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
-        arrays = self._arrays(Mt.shape[0], fs.E)
-        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt, arrays)
-        self.kept = self.kept[-1:] + [arrays]
-        self.msg = None   # (ClosedTerm then takes lam0 - lam: no messages' sum was kept)
-        if not finite:   # blr_update's checks name the node and the fix
-            new = blr_update(node, node.nat, (lam,), 1.0, it)
-            self.last = None
-            node.set_natural(new)
-            return
-        node.set_natural((lam,))
-        node.family._memo = (node.nat[0], lse, p)   # (Categorical._lse_and_p's memo)
-        S.flags.writeable = counts.flags.writeable = False   # (messages, read as they are)
-        mix.passed = (fs, p, S)
-        node.factor.passed = (p, counts)
-        self.last = node.nat
-
-
-def _unheld(arrays):
-    """Does nothing but the caller's tuple hold these arrays? (CPython's reference count:
-    the tuple's reference, getrefcount's argument and nothing else; a view, such as the
-    node's lam = lam_KE.T, holds its base)"""
-    count = getattr(sys, "getrefcount", None)   # (CPython's; elsewhere: never reused)
-    return count is not None and all(count(arrays[i]) == 2 for i in range(len(arrays)))
-
-
-def _zstep(model, node, routes):
-    """A :class:`ZStep` for this node when it is a mixture's assignments over flat
-    statistics (its one child an observed mixture, z in its first slot), else None."""
-    from ..families.categorical import Categorical
-    from ..graph.factors.categorical import CategoricalFactor
-    from ..graph.factors.mixture import MixtureFactor
-    if type(node.family) is not Categorical or len(node.plates) != 1 or len(routes) != 1 or \
-            type(node.factor) is not CategoricalFactor:
-        return None
-    r = routes[0]
-    if type(r) is not Route or r.slots != (0,) or not r.child.observed or \
-            type(r.factor) is not MixtureFactor or tuple(r.target) != tuple(r.child.plates) or \
-            tuple(r.child.plates) != tuple(node.plates):
-        return None
-    return ZStep(node, routes, r.factor, r.child)
 
 
 def _compact(a):
@@ -560,7 +473,10 @@ def compile_sweep(run, view):
     steps = []
     for n in nodes:
         routes = [route(model, c, n) for c in model.children[n]]
-        steps.append(_zstep(model, n, routes) or NodeStep(n, routes))
+        step = None
+        for make in STEP_MAKERS:
+            step = step or make(model, n, routes)
+        steps.append(step or NodeStep(n, routes))
     step_of = {s.node: s for s in steps}
     terms = {}
     for n in model.stochastic:

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import optimizers
 from .blr import blr_step, blr_update, target_from
+from . import zstep  # noqa: F401 (adds its step to the compiled sweep's STEP_MAKERS)
 from .compiled import compile_sweep
 from .elbo import view_elbo
 from .points import check_point

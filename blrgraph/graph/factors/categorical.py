@@ -68,7 +68,7 @@ class CategoricalFactor(Conditional):
     _onehot = _transposed = None   # memos: the labels one-hot, the last log table transposed
     caches = ("passed",)
     #: (p, sum_n p) from z's last step when it made both in one pass over the rows
-    #: (FlatStats.softmax_pass, inference/compiled.py ZStep): the counts for that same p
+    #: (FlatStats.softmax_pass, inference/zstep.py): the counts for that same p
     passed = None
 
     def n_categories(self):

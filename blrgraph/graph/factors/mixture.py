@@ -30,7 +30,7 @@ class MixtureFactor(Conditional):
               "_plan_cache", "passed")
     _ll_cache = _flat_cache = _wphi_cache = _rowll_cache = _stats_cache = _plan_cache = None
     #: (Phi's FlatStats, r, r^T Phi) from the assignments' last step when it made both in
-    #: one pass over the rows (FlatStats.softmax_pass, inference/compiled.py ZStep): the
+    #: one pass over the rows (FlatStats.softmax_pass, inference/zstep.py): the
     #: components' messages read it for those same statistics and r
     passed = None
 
