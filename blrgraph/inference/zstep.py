@@ -94,7 +94,8 @@ def _unheld(arrays):
 
 def zstep(model, node, routes):
     """A :class:`ZStep` for this node when it is a mixture's assignments over flat
-    statistics (its one child an observed mixture, z in its first slot), else None."""
+    statistics (its one child an observed mixture, z in its first slot) on rows enough to
+    split (``2 * rowsplit.MIN_ROWS``), else None."""
     from ..families.categorical import Categorical
     from ..graph.factors.categorical import CategoricalFactor
     from ..graph.factors.mixture import MixtureFactor
@@ -105,6 +106,8 @@ def zstep(model, node, routes):
     if type(r) is not Route or r.slots != (0,) or not r.child.observed or \
             type(r.factor) is not MixtureFactor or tuple(r.target) != tuple(r.child.plates) or \
             tuple(r.child.plates) != tuple(node.plates):
+        return None
+    if node.plates[0] < 2 * rowsplit.MIN_ROWS:   # never split nor passed: NodeStep itself
         return None
     return ZStep(node, routes, r.factor, r.child)
 
