@@ -42,7 +42,6 @@ def _runner(case):
     import numpy as np
     import blrgraph as bg
     import bench_jmlr as J
-    import bench_pca as P
     if case in ("wine", "n200"):
         X, K = (J.wine(), 3) if case == "wine" else (J.gmm_data(200, 2, 10, 0), 10)
         N, D = X.shape
@@ -58,20 +57,11 @@ def _runner(case):
                                    n_jobs=1).elbo_trace
         return run
     if case == "pca":
-        M, N, K = 20, 500, 10
-        Y = P.make_data(M, N, 5, 0.5, 0)
-        m0, w0 = P.start_means(M, N, K, 0)
+        from pca_sweeps import build   # (BayesPy's PCA 500 x 20 configuration)
 
         def run(n, cb=None):
-            alpha = bg.Gamma(P.A0, P.A0, plates=(K,), name="alpha")
-            W = bg.MultivariateNormal(np.zeros(K), alpha, plates=(M, 1), name="W")
-            Xn = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
-            tau = bg.Gamma(P.A0, P.A0, name="tau")
-            y = bg.Normal(bg.Dot(W, Xn), tau, name="Y").observe(Y)
-            Xn.start_from(m0, np.eye(K))
-            W.start_from(w0[:, None, :], np.eye(K))
-            model = bg.Model(y, schedule=[Xn, tau, alpha, W])
-            return model.fit("vmp", max_iter=n, tol=0, seed=0, callback=cb, rotate=False).elbo_trace
+            return build().fit("vmp", max_iter=n, tol=0, seed=0, callback=cb,
+                               rotate=False).elbo_trace
         return run
     import bench_hmm as H
     X = H.make_data(1, 10000, 3, 2, 0)
