@@ -367,11 +367,16 @@ class UnpackMemo:
     def _unpack_new(self, nat):
         raise NotImplementedError
 
+    #: the attributes that hold memos of the last q (a subclass adds its own)
+    memos = ("_unpack_memo",)
+
     def release(self):
         """Forget the remembered factorisations (a fit has ended)."""
-        self.__dict__.pop("_unpack_memo", None)
+        for name in self.memos:
+            self.__dict__.pop(name, None)
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.pop("_unpack_memo", None)   # a work cache, not part of the family
+        for name in self.memos:   # work caches, not part of the family
+            state.pop(name, None)
         return state

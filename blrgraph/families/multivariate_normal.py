@@ -35,6 +35,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
     """
 
     name = "MultivariateNormal"
+    memos = UnpackMemo.memos + ("_sums_memo",)   # (shared_sums)
     locational = True
     param_names = ("mean", "precision")
     event_ndims = (1, 2)
@@ -177,15 +178,6 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
             out = (V, cov, S)
         self._sums_memo = (nat[0], nat[1], out)
         return out
-
-    def release(self):
-        super().release()
-        self.__dict__.pop("_sums_memo", None)
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state.pop("_sums_memo", None)
-        return state
 
     def params_from_natural(self, nat):
         m, prec, _, _, _ = self._unpack(nat)

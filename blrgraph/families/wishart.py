@@ -305,6 +305,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
     """
 
     name = "Wishart"
+    memos = UnpackMemo.memos + ("_logs_memo",)   # (the expected logs)
     param_names = ("dof", "scale")
     event_ndims = (2, 0)
     value_ndim = 2
@@ -394,15 +395,6 @@ class Wishart(UnpackMemo, ExponentialFamily):
             out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
         self._logs_memo = (u, out)
         return out
-
-    def release(self):
-        super().release()
-        self.__dict__.pop("_logs_memo", None)
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state.pop("_logs_memo", None)
-        return state
 
     def log_partition(self, nat):
         return self._logs(nat)[0]
