@@ -330,3 +330,27 @@ def test_small_sums_give_numpys_nan_and_inf():
         assert np.isnan(_fsum(np.array([np.inf, -np.inf])))
         assert _fsum(np.array([1e308, 1e308])) == np.inf
     assert _fsum(np.array([0.1, 0.2, 0.3])) == pytest.approx(0.6, rel=1e-15)
+
+
+def test_a_prior_in_permuted_memory_order_takes_the_compiled_step(monkeypatch):
+    """A per-row prior precision whose memory is in another axis order (np.moveaxis): the
+    compiled step's sum keeps that order and is spread back as numpy's broadcast (it once
+    built a stride-0 view that needs C order, and raised); the same ELBO as the generic
+    sweep."""
+    A, B, N, K = 3, 2, 20, 2
+    P = np.moveaxis(np.stack([np.eye(K) * (1 + a) for a in range(A)], axis=-1), -1, 0)[:, None, None]
+    assert not P.flags.c_contiguous
+
+    def build():
+        W = bg.MultivariateNormal(np.zeros(K), P, plates=(A, B, 1), name="W")
+        X = bg.MultivariateNormal(np.zeros(K), np.eye(K), plates=(N,), name="X")
+        tau = bg.Gamma(1.0, 1.0, name="tau")
+        Y = np.random.default_rng(7).normal(size=(A, B, N))
+        y = bg.Normal(bg.Dot(W, X), tau, name="Y").observe(Y)
+        X.start_from(np.random.default_rng(1).normal(size=(N, K)), np.eye(K))
+        return bg.Model(y)
+    traces = []
+    for on in (False, True):
+        monkeypatch.setattr(compiled, "ENABLED", on)
+        traces.append(build().fit("vmp", max_iter=5, tol=0, n_jobs=1, seed=0).elbo_trace)
+    np.testing.assert_allclose(traces[1], traces[0], rtol=1e-12)

@@ -674,3 +674,22 @@ def test_invalid_natural_parameters_raise():
         FAMILIES["NormalGamma"].log_partition((0.0, 0.5, -1.0, 1.0))        # beta < 0
     with pytest.raises(ValueError, match="NormalWishart"):
         FAMILIES["NormalWishart"].log_partition((np.zeros(2), -0.5, -0.5 * np.eye(2), -1.0))
+
+
+def test_mvn_sample_of_a_shared_precision_equals_the_per_entry_one():
+    """q's entries sharing one precision (a stride-0 stack, PCA's scores): the draws are
+    those of the same precision written out per entry (one factor inverted for all)."""
+    from blrgraph.families import MultivariateNormal
+    fam = MultivariateNormal()
+    rng = np.random.default_rng(4)
+    K, N = 3, 50
+    A = rng.normal(size=(K, K))
+    L = A @ A.T + K * np.eye(K)
+    m = rng.normal(size=(N, K))
+    shared = np.broadcast_to(L, (N, K, K))
+    nat_s = (np.einsum("ij,nj->ni", L, m), -0.5 * shared)
+    nat_e = (nat_s[0], -0.5 * np.ascontiguousarray(shared))
+    a = fam.sample(nat_s, rng=np.random.default_rng(9), size=4)
+    b = fam.sample(nat_e, rng=np.random.default_rng(9), size=4)
+    assert a.shape == (4, N, K)
+    np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)

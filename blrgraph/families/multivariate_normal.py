@@ -268,7 +268,10 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         rng = _rng(rng)
         m, _, _, _, c = self._unpack(nat)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
-        return self._plus_c(m + einsum("...ji,...j->...i", _chol_inv_factor(c), z))
+        # one factor for the entries that share it (stride 0: a shared precision)
+        one = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None)
+                    for st, n in zip(c.strides[:-2], c.shape[:-2]))
+        return self._plus_c(m + einsum("...ji,...j->...i", _chol_inv_factor(c[one]), z))
 
     def mean(self, nat):
         return np.array(self._plus_c(self._unpack(nat)[0]))

@@ -69,7 +69,7 @@ try:   # numpy's error state as a context variable, set without np.errstate's ob
     # argument parsing (about a sixth of a small Cholesky's cost); np.errstate otherwise
     from numpy._core._ufunc_config import _extobj_contextvar as _errvar, _make_extobj
     _NO_INVALID = _make_extobj(invalid="ignore")
-except ImportError:   # pragma: no cover
+except Exception:   # pragma: no cover (a numpy without them, or with another signature)
     _errvar = None
 
 
@@ -153,9 +153,11 @@ def _spd_inv(c):
         return _inv_from_chol(c)[0]
     buf = np.array(c, order="C").reshape(n, d, d)   # (a copy: potri works in place)
     for k in range(n):
-        _, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
+        inv, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
         if info:   # pragma: no cover (c has a positive diagonal: never singular)
             return _inv_from_chol(c)[0]
+        if not np.shares_memory(inv, buf[k]):   # pragma: no cover (a build that copied)
+            buf[k].T[...] = inv
     idx = _MIRROR.get(d)
     if idx is None:   # (the flat index of (max(i, j), min(i, j)) for each (i, j))
         i, j = np.indices((d, d))

@@ -226,6 +226,8 @@ def _spread_to(s, shape):
     view, stride 0 along the axes ``s`` has of size 1)."""
     if s.shape == shape:
         return s
+    if not s.flags.c_contiguous:   # (a sum in a prior's permuted memory order)
+        return np.broadcast_to(s, shape)
     lead = len(shape) - s.ndim
     if lead == 0 and s.shape[0] == 1 and s.shape[1:] == shape[1:]:
         st = (0,) + s.strides[1:]   # (one matrix for every entry of one plate axis)
