@@ -45,8 +45,8 @@ class ZStep(NodeStep):
     def _arrays(self, K, E):
         """Arrays for lam, p (K, E) and lse (E,): an earlier step's that nothing else
         holds any more (the node, the memos and any caller's reference let go of them),
-        else new ones. A sweep at 400,000 x 10 spends 15 to 20 ms faulting in the pages
-        of new arrays (docs/benchmarks.md §12.18)."""
+        else new ones. New arrays cost a pass at 400,000 x 10, K=8 14 to 22 ms of page
+        faults (docs/benchmarks.md §12.18)."""
         kept = self.kept
         for i, arrays in enumerate(kept):
             if arrays[0].shape == (K, E) and _unheld(arrays):
