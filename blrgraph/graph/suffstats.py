@@ -50,7 +50,7 @@ _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md ย
 #: stay in cache between the pass's two products; docs/benchmarks.md ยง12.18)
 PASS_ROWS = 1 << 13
 
-#: |lam| below this for every entry: no sum of Phi's columns overflows (softmax_pass)
+#: a bound on |lam| below this: no entry of lam overflows (softmax_pass)
 _NO_OVERFLOW = 1e300
 
 
@@ -249,11 +249,11 @@ class FlatStats:
         the blocks over the active :class:`~blrgraph.rowsplit.RowSplit`'s threads, their
         sums added in row order. Each row has its own shift (its largest lam).
 
-        Returns (lam, lse, p, S, counts, finite): lam and p (entries, K) are transposes of
+        Returns (lam, lse, p, S, counts, bounded): lam and p (entries, K) are transposes of
         C-ordered (K, entries) arrays (``out``: those two and lse's (entries,) array to
-        write into; else new ones); ``finite`` is whether every entry of lam is finite
-        (from a bound on |lam|: the largest |Phi| per column, kept, times |Mt|; the sum of
-        lam when the bound does not decide)."""
+        write into; else new ones); ``bounded``: every entry of lam is finite by a bound
+        on |lam| (the largest |Phi| per column, kept, times |Mt|); when False, the caller
+        tests lam itself (zstep.py: inference.blr's finiteness test)."""
         if self.Phi is None:
             raise ValueError("FlatStats.softmax_pass needs every row kept (self.Phi)")
         K, E = Mt.shape[0], self.E
@@ -286,13 +286,7 @@ class FlatStats:
         with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
             bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)
             S = rows(0, E) if blocks is None else blocks.sum(rows)
-        if bound < _NO_OVERFLOW:
-            finite = True
-        else:
-            with np.errstate(invalid="ignore", over="ignore"):
-                finite = bool(np.isfinite(np.add.reduce(lam, axis=None))) or \
-                    bool(np.isfinite(lam).all())
-        return lam.T, lse, p.T, S, S[:, 0].copy(), finite   # (Phi's column 0 is 1: the counts)
+        return lam.T, lse, p.T, S, S[:, 0].copy(), bound < _NO_OVERFLOW   # (counts: column 0)
 
     @staticmethod
     def fits(family, value, plates):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import rowsplit
 from ..graph.plates import compact
-from .blr import blr_update
+from .blr import _finite, blr_update
 from .compiled import STEP_MAKERS, NodeStep, Route, _prior
 
 #: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
@@ -68,10 +68,10 @@ class ZStep(NodeStep):
         Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
         Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
         arrays = self._arrays(Mt.shape[0], fs.E)
-        lam, lse, p, S, counts, finite = fs.softmax_pass(Mt, arrays)
+        lam, lse, p, S, counts, bounded = fs.softmax_pass(Mt, arrays)
         self.kept = self.kept[-1:] + [arrays]
         self.msg = None   # (ClosedTerm then takes lam0 - lam: no messages' sum was kept)
-        if not finite:   # blr_update's checks name the node and the fix
+        if not (bounded or _finite(lam)):   # blr_update's checks name the node and the fix
             new = blr_update(node, node.nat, (lam,), 1.0, it)
             self.last = None
             node.set_natural(new)
