@@ -18,6 +18,7 @@ Kernels on fewer than ``2 * MIN_ROWS`` rows run whole.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import threading
 import time
 
@@ -153,6 +154,23 @@ class Blocks:
     def run(self, fn):
         """``fn(a, b)`` on every block; the results in row order."""
         return self.split.run(fn, self.bounds)
+
+    def each(self, fn, n, size):
+        """``fn(a, b)`` on the blocks of ``size`` rows of ``n`` rows, each thread taking
+        the next block as it ends its last (a thread that the system holds back takes
+        fewer blocks: a static split would wait for its half); the results in row order,
+        as :func:`blocks` ran one after another."""
+        starts = range(0, n, size)
+        out = [None] * len(starts)
+        take = itertools.count().__next__   # (one C call: atomic under the GIL)
+
+        def work(_a, _b):
+            i = take()
+            while i < len(out):
+                out[i] = fn(starts[i], min(n, starts[i] + size))
+                i = take()
+        self.run(work)
+        return out
 
     def sum(self, fn):
         """The sum of the blocks' results (new arrays), added in row order."""

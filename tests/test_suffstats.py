@@ -366,3 +366,42 @@ def test_softmax_pass_equals_the_products_and_scipys_softmax(split, monkeypatch)
         if rs is not None:
             rs.__exit__(None, None, None)
             rs.shutdown()
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_softmax_pass_over_threads_gives_one_threads_numbers_bit_for_bit(jobs, monkeypatch):
+    """The pass's blocks taken in turn by 2 or 3 threads (rowsplit.Blocks.each; here one
+    thread is held back at its first block, so the others take more blocks than a static
+    split would give them) give the numbers of one thread's pass exactly: each block is
+    the same computation, and the blocks' statistics are added in row order."""
+    import threading
+    import time
+    from blrgraph import rowsplit
+    monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
+    monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(1003, 3)) * 2.0   # (16 blocks, the last of 43 rows)
+    fs = FlatStats(MultivariateNormal(), x, (1003,))
+    Mt = rng.normal(size=(4, fs.layout.P))
+    one = fs.softmax_pass(Mt)
+    one = [np.array(a) for a in one[:5]]
+    by = []
+    orig = np.matmul
+
+    def matmul(a, b, out=None):   # which thread ran each block; the first one slow
+        if a.shape[0] == 4 and b.shape[0] == fs.layout.P:
+            by.append(threading.current_thread().name)
+            if len(by) == 1:
+                time.sleep(0.05)
+        return orig(a, b, out=out)
+    monkeypatch.setattr(suffstats.np, "matmul", matmul, raising=False)
+    with rowsplit.RowSplit(jobs) as rs:
+        try:
+            many = fs.softmax_pass(Mt)
+        finally:
+            rs.shutdown()
+    monkeypatch.undo()
+    assert len(by) == 16 and len(set(by)) >= 2   # (a third thread may come too late)
+    assert by.count(by[0]) < 16 // jobs   # (the held thread took fewer than its share)
+    for a, b in zip(one, many[:5]):
+        np.testing.assert_array_equal(np.asarray(b), a)

@@ -103,10 +103,11 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
 
 
 def test_z_pass_without_a_split_takes_nodesteps_steps(monkeypatch):
-    """n_jobs=1 with the pass (zstep.PASS_ALONE: BLAS's own threads run its products)
-    against NodeStep's products and softmax: the same iterates to rounding."""
+    """n_jobs=1 with the pass (zstep.PASS_ALONE, the default) against NodeStep's products
+    and softmax: the same iterates to rounding."""
     from blrgraph.graph import suffstats
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    monkeypatch.setattr(zstep, "PASS_ALONE", False)
     ref = gmm_model(_gmm_data(1200))
     f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
     calls = []
@@ -204,6 +205,32 @@ def test_the_split_kernels_release_their_threads_and_blas(monkeypatch):
     assert len(seen) == 5 and all(set(b) == {1} and t for b, t in seen)
     assert [i["num_threads"] for i in threadpool_info()] == before
     assert not [t for t in threading.enumerate() if t.name.startswith("blrgraph-rows")]
+
+
+def test_n_jobs_1_holds_blas_at_one_thread_for_the_fit_and_gives_it_back():
+    """``n_jobs=1``: one core, BLAS's threads included (as in each worker of n_jobs > 1),
+    for the whole fit and its restarts, and back as it was after the fit, also when the
+    fit stops on an error; without n_jobs a fit that does not split keeps BLAS as set."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    m = gmm_model(_gmm_data(N=300))
+    with threadpool_limits(2, user_api="blas"):
+        before = blas()
+        assert set(before) == {2}
+        seen = []
+        m.fit("vmp", seed=0, n_jobs=1, max_iter=3, tol=0, restarts=2,
+              callback=lambda it, L: seen.append(blas()) and False)
+        assert len(seen) == 6 and all(set(b) == {1} for b in seen)
+        assert blas() == before
+        with pytest.raises(KeyError, match="stop"):
+            m.fit("vmp", seed=0, n_jobs=1, callback=lambda it, L: (_ for _ in ()).throw(
+                KeyError("stop")))
+        assert blas() == before
+        seen.clear()
+        m.fit("vmp", seed=0, max_iter=2, tol=0, callback=lambda it, L: seen.append(blas()) and False)
+        assert seen == [before, before]
 
 
 def test_the_partitions_are_used_and_released():

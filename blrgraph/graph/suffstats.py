@@ -246,8 +246,9 @@ class FlatStats:
         the statistics p^T Phi (K, P) and the counts sum_n p (K,). The rows go in blocks
         of ``PASS_ROWS``, each block's columns of Phi read once for both products while
         they are in cache (``dot`` and ``tdot`` each stream the whole of Phi from memory),
-        the blocks over the active :class:`~blrgraph.rowsplit.RowSplit`'s threads, their
-        sums added in row order. Each row has its own shift (its largest lam).
+        the blocks taken in turn by the active :class:`~blrgraph.rowsplit.RowSplit`'s
+        threads (``Blocks.each``), their sums added in row order: the numbers of one
+        thread's pass, bit for bit. Each row has its own shift (its largest lam).
 
         Returns (lam, lse, p, S, counts, bounded): lam and p (entries, K) are transposes of
         C-ordered (K, entries) arrays (``out``: those two and lse's (entries,) array to
@@ -266,26 +267,29 @@ class FlatStats:
             self._colmax = colmax
         lam, p, lse = (np.empty((K, E)), np.empty((K, E)), np.empty(E)) if out is None else out
 
-        def rows(a, b):
-            S, tmp = np.zeros((K, H.shape[0])), np.empty((K, H.shape[0]))
-            for i in range(a, b, PASS_ROWS):
-                j = min(b, i + PASS_ROWS)
-                Hb, L, q = H[:, i:j], lam[:, i:j], p[:, i:j]
-                np.matmul(Mt, Hb, out=L)
-                m = np.maximum.reduce(L, axis=0)
-                np.subtract(L, m, out=q)
-                np.exp(q, out=q)
-                s = np.add.reduce(q, axis=0)
-                np.divide(q, s, out=q)
-                np.log(s, out=s)
-                np.add(s, m, out=lse[i:j])
-                S += np.matmul(q, Hb.T, out=tmp)
-            return S
+        def block(i, j, out=None):
+            Hb, L, q = H[:, i:j], lam[:, i:j], p[:, i:j]
+            np.matmul(Mt, Hb, out=L)
+            m = np.maximum.reduce(L, axis=0)
+            np.subtract(L, m, out=q)
+            np.exp(q, out=q)
+            s = np.add.reduce(q, axis=0)
+            np.divide(q, s, out=q)
+            np.log(s, out=s)
+            np.add(s, m, out=lse[i:j])
+            return np.matmul(q, Hb.T, out=out)
 
         blocks = rowsplit.active(E)
+        S = np.zeros((K, H.shape[0]))
         with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
             bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)
-            S = rows(0, E) if blocks is None else blocks.sum(rows)
+            if blocks is None:
+                tmp = np.empty_like(S)
+                for i in range(0, E, PASS_ROWS):
+                    S += block(i, min(E, i + PASS_ROWS), tmp)
+            else:   # (the blocks' statistics added in row order: the sum of one thread's)
+                for Sb in blocks.each(block, E, PASS_ROWS):
+                    S += Sb
         return lam.T, lse, p.T, S, S[:, 0].copy(), bound < _NO_OVERFLOW   # (counts: column 0)
 
     @staticmethod

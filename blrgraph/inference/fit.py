@@ -73,6 +73,12 @@ def fit(model, method="vmp", **options):
         raise ValueError("fit('mog'): restarts= is not available (the mixture's components "
                          "already start apart); fit with more components=")
     check_method(model, method)
+    with threads.blas_for(opts.n_jobs):   # (n_jobs=1: one core, BLAS's threads too)
+        return _fit_restarts(model, method, opts)
+
+
+def _fit_restarts(model, method, opts):
+    """The fit from each of ``opts.restarts`` starts, the best kept (see :func:`fit`)."""
     if opts.restarts == 1:
         return _fit_once(model, method, opts, opts.seed)
     seeds = _restart_seeds(opts.seed, opts.restarts)

@@ -29,6 +29,7 @@ kernels are split over the same number of threads (:mod:`blrgraph.rowsplit`,
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import os
@@ -360,6 +361,15 @@ def _dense(n):
     if n.nat is not None:
         return n.nat
     return (n._factored.lam().reshape(n.plates + (-1,)),)
+
+
+def blas_for(n_jobs):
+    """The BLAS threads of a whole fit: with ``n_jobs=1`` given, the fit keeps to one
+    core, BLAS held at one thread (threadpoolctl) as in every worker of ``n_jobs`` > 1;
+    otherwise BLAS as configured (a split sweep holds it at one thread itself). A context
+    manager."""
+    limiter = _one_blas_thread() if n_jobs == 1 else None
+    return contextlib.nullcontext() if limiter is None else limiter
 
 
 def _one_blas_thread():

@@ -1,7 +1,7 @@
 """A mixture's assignments z in one pass over the rows (issue 26, item 1).
 
-While a batch fit's compiled sweep (compiled.py) has its rows split over the cores
-(``fit(n_jobs=)``, rowsplit.py), the step of a mixture's z whose data are kept as flat
+In a batch fit's compiled sweep (compiled.py) on 16,384 rows or more, split over the
+cores (``fit(n_jobs=)``, rowsplit.py) or not (:data:`PASS_ALONE`), the step of a mixture's z whose data are kept as flat
 statistics (graph/suffstats.py) is :class:`ZStep`: lam = E[log pi] + Phi coef, its softmax
 and log-sum-exps, and the next sweep's messages from z (the components' statistics p^T Phi
 and pi's counts) come from one pass over the rows (``FlatStats.softmax_pass``), each block
@@ -19,21 +19,21 @@ from .blr import _finite, blr_update
 from .compiled import STEP_MAKERS, NodeStep, Route, _prior
 
 #: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
-#: rows are not split (``n_jobs=1``; BLAS's own threads then run the pass's products)
-PASS_ALONE = False
+#: rows are not split (``n_jobs=1``): 4% to 16% less CPU a sweep than NodeStep's products
+#: and softmax, from 20,000 x 2 to 400,000 x 10 (docs/benchmarks.md §12.19)
+PASS_ALONE = True
 
 
 class ZStep(NodeStep):
     """The step of a mixture's assignments z (Categorical, one plate axis of N rows) whose
-    one child is a mixture of observed data kept as flat statistics, while the rows are
-    split over the cores (``n_jobs``, rowsplit.py): lam = E[log pi] + Phi coef, its
-    softmax and log-sum-exps, and the next sweep's messages from z (the components'
-    statistics p^T Phi and pi's counts) in one pass over the rows
-    (:meth:`~blrgraph.graph.suffstats.FlatStats.softmax_pass`): Phi is read once a sweep
-    from cache, and every row kernel of the sweep runs on all cores. The messages wait in
+    one child is a mixture of observed data kept as flat statistics, on 16,384 rows or
+    more: lam = E[log pi] + Phi coef, its softmax and log-sum-exps, and the next sweep's
+    messages from z (the components' statistics p^T Phi and pi's counts) in one pass over
+    the rows (:meth:`~blrgraph.graph.suffstats.FlatStats.softmax_pass`): Phi is read once a
+    sweep from cache, and while the rows are split over the cores (``n_jobs``,
+    rowsplit.py) every row kernel of the sweep runs on all of them. The messages wait in
     the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
-    rounding; without an active split (``n_jobs=1``) the step is NodeStep's, whose
-    products run faster in BLAS's own threads (docs/benchmarks.md §12.18)."""
+    rounding (docs/benchmarks.md §12.18, §12.19)."""
 
     __slots__ = ("mix", "x", "kept")
 
