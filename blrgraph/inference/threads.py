@@ -26,6 +26,8 @@ A fit that the compiled sweep runs (compiled.py: rho = 1, no weights, every node
 stochastic) does not build the partitions: its rows stay in the model and its row
 kernels are split over the same number of threads (:mod:`blrgraph.rowsplit`,
 :meth:`ThreadView.row_split`), which leaves the sweep one thread's to rounding.
+
+``n_jobs=1`` keeps the whole fit to one core, BLAS included (:func:`blas_for`).
 """
 from __future__ import annotations
 
