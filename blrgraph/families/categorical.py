@@ -121,6 +121,12 @@ class Categorical(ExponentialFamily):
         self._memo = (eta, lse, p)
         return lse, p
 
+    def keep_softmax(self, eta, lse, p):
+        """Remember (lse, p) as the log-sum-exps and softmax of the natural parameter
+        array ``eta`` (computed elsewhere: inference/zstep.py's pass), so that the
+        moments and the entropy of the q with that ``eta`` read them."""
+        self._memo = (eta, lse, p)
+
     @staticmethod
     def _softmax(eta):
         """(log sum_k e^lam_k, p) with one shift for the whole array (a contiguous max)

@@ -65,6 +65,7 @@ class ZStep(NodeStep):
         K = off.shape[-1]
         if off.size != K:   # a prior with its own rows: NodeStep's sum
             return NodeStep.step(self, it)
+        # (a copy: its column 0 is written next)
         Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
         Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
         arrays = self._arrays(Mt.shape[0], fs.E)
@@ -77,7 +78,7 @@ class ZStep(NodeStep):
             node.set_natural(new)
             return
         node.set_natural((lam,))
-        node.family._memo = (node.nat[0], lse, p)   # (Categorical._lse_and_p's memo)
+        node.family.keep_softmax(node.nat[0], lse, p)
         S.flags.writeable = counts.flags.writeable = False   # (messages, read as they are)
         mix.passed = (fs, p, S)
         node.factor.passed = (p, counts)
