@@ -12,7 +12,7 @@ partitions take the steps of one thread); the largest relative difference is pri
         [--jobs 1,2,1b] [--sweeps 10] [--json out.json]
 
 (``1b``: ``n_jobs=1`` with BLAS held at one thread, the one-worker baseline of the partitions;
-``n_jobs=1`` itself holds BLAS at one thread since §12.19, so ``1b`` times the same fit.)
+``n_jobs=1`` itself holds BLAS at one thread since §12.20, so ``1b`` times the same fit.)
 
 The issue-26 targets: ``n_jobs=2`` >= 1.6x ``n_jobs=1`` and >= 10x scikit-learn per
 sweep on 2 idle cores (docs/benchmarks.md §12).

@@ -20,7 +20,7 @@ from .compiled import STEP_MAKERS, NodeStep, Route, _prior
 
 #: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
 #: rows are not split (``n_jobs=1``): 4% to 16% less CPU a sweep than NodeStep's products
-#: and softmax, from 20,000 x 2 to 400,000 x 10 (docs/benchmarks.md §12.19)
+#: and softmax, from 20,000 x 2 to 400,000 x 10 (docs/benchmarks.md §12.20)
 PASS_ALONE = True
 
 
@@ -33,7 +33,7 @@ class ZStep(NodeStep):
     sweep from cache, and while the rows are split over the cores (``n_jobs``,
     rowsplit.py) every row kernel of the sweep runs on all of them. The messages wait in
     the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
-    rounding (docs/benchmarks.md §12.18, §12.19)."""
+    rounding (docs/benchmarks.md §12.18, §12.20)."""
 
     __slots__ = ("mix", "x", "kept")
 
