@@ -162,7 +162,11 @@ class Blocks:
         as :func:`blocks` ran one after another."""
         starts = range(0, n, size)
         out = [None] * len(starts)
-        take = itertools.count().__next__   # (one C call: atomic under the GIL)
+        counter, lock = itertools.count(), threading.Lock()
+
+        def take():
+            with lock:   # (the GIL alone would do in CPython's default build)
+                return next(counter)
 
         def work(_a, _b):
             i = take()
