@@ -4,7 +4,8 @@ A sweep that the compiled sweep runs (inference/compiled.py) spends nearly all o
 on large tables in row kernels: the mixture's log-likelihoods Phi @ coef, the
 assignments' softmax, and the components' statistics r^T Phi (graph/suffstats.py,
 families/categorical.py), which a mixture's z step makes in one pass over the rows
-(``FlatStats.softmax_pass``, ``inference.zstep.ZStep``) while the rows are split. While a fit
+(``FlatStats.softmax_pass``, ``inference.zstep.ZStep``; its blocks taken in turn by the
+threads, :meth:`Blocks.each`). While a fit
 with ``n_jobs`` > 1 runs such a sweep, a
 :class:`RowSplit` is active (a context variable, so other threads and other fits never see
 it): each of those kernels cuts its rows into ``jobs`` contiguous blocks, runs the first in
@@ -170,9 +171,15 @@ class Blocks:
 
         def work(_a, _b):
             i = take()
-            while i < len(out):
-                out[i] = fn(starts[i], min(n, starts[i] + size))
-                i = take()
+            try:
+                while i < len(out):
+                    out[i] = fn(starts[i], min(n, starts[i] + size))
+                    i = take()
+            except BaseException:   # (the others take no more blocks; run raises it)
+                with lock:
+                    for _ in range(len(out)):
+                        next(counter)
+                raise
         self.run(work)
         return out
 

@@ -370,12 +370,12 @@ def test_softmax_pass_equals_the_products_and_scipys_softmax(split, monkeypatch)
 
 @pytest.mark.parametrize("jobs", [2, 3])
 def test_softmax_pass_over_threads_gives_one_threads_numbers_bit_for_bit(jobs, monkeypatch):
-    """The pass's blocks taken in turn by 2 or 3 threads (rowsplit.Blocks.each; here one
-    thread is held back at its first block, so the others take more blocks than a static
-    split would give them) give the numbers of one thread's pass exactly: each block is
-    the same computation, and the blocks' statistics are added in row order."""
+    """The pass's blocks taken in turn by 2 or 3 threads (rowsplit.Blocks.each; here the
+    thread with the first block is held until the others have taken 12 of the 16 blocks,
+    so it takes fewer than a static split would give it) give the numbers of one thread's
+    pass exactly: each block is the same computation, and the blocks' statistics are
+    added in row order."""
     import threading
-    import time
     from blrgraph import rowsplit
     monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
@@ -383,16 +383,17 @@ def test_softmax_pass_over_threads_gives_one_threads_numbers_bit_for_bit(jobs, m
     x = rng.normal(size=(1003, 3)) * 2.0   # (16 blocks, the last of 43 rows)
     fs = FlatStats(MultivariateNormal(), x, (1003,))
     Mt = rng.normal(size=(4, fs.layout.P))
-    one = fs.softmax_pass(Mt)
-    one = [np.array(a) for a in one[:5]]
-    by = []
+    one = [np.array(a) for a in fs.softmax_pass(Mt)[:5]]
+    by, go = [], threading.Event()
     orig = np.matmul
 
-    def matmul(a, b, out=None):   # which thread ran each block; the first one slow
+    def matmul(a, b, out=None):   # which thread ran each block; the first one held
         if a.shape[0] == 4 and b.shape[0] == fs.layout.P:
             by.append(threading.current_thread().name)
             if len(by) == 1:
-                time.sleep(0.05)
+                assert go.wait(30)
+            elif len(by) >= 13:
+                go.set()
         return orig(a, b, out=out)
     monkeypatch.setattr(suffstats.np, "matmul", matmul, raising=False)
     with rowsplit.RowSplit(jobs) as rs:
@@ -402,6 +403,34 @@ def test_softmax_pass_over_threads_gives_one_threads_numbers_bit_for_bit(jobs, m
             rs.shutdown()
     monkeypatch.undo()
     assert len(by) == 16 and len(set(by)) >= 2   # (a third thread may come too late)
-    assert by.count(by[0]) < 16 // jobs   # (the held thread took fewer than its share)
+    assert by.count(by[0]) <= 4 < 16 // jobs   # (the held thread: its block and <= 3 more)
     for a, b in zip(one, many[:5]):
         np.testing.assert_array_equal(np.asarray(b), a)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_blocks_taken_in_turn_stop_at_a_blocks_error_and_raise_it(jobs):
+    """A block that raises: the caller gets its error, the other threads take no new
+    block (those under way end), and the split runs again afterwards."""
+    import threading
+    import time
+    from blrgraph import rowsplit
+    started, ran = threading.Event(), []
+
+    def fn(a, b):
+        if a == 0:
+            assert started.wait(30)
+            raise KeyError("block 0")
+        ran.append(a)
+        started.set()
+        time.sleep(0.05)
+        return a
+    with rowsplit.RowSplit(jobs) as rs:
+        try:
+            blocks = rowsplit.active(16 * rowsplit.MIN_ROWS)
+            with pytest.raises(KeyError, match="block 0"):
+                blocks.each(fn, 1600, 100)
+            assert 1 <= len(ran) <= 2 * (jobs - 1)    # of the 15 other blocks
+            assert blocks.each(lambda a, b: b - a, 1050, 100) == [100] * 10 + [50]
+        finally:
+            rs.shutdown()

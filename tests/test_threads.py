@@ -83,9 +83,10 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
     """With the rows split (n_jobs=2), z's step makes lam, the softmax, the components'
     statistics and pi's counts in one pass over the rows (compiled.ZStep); the next
     sweep's messages are read from it (no other product with Phi, no other row sum), and
-    the iterates are n_jobs=1's (NodeStep's products and softmax) to rounding."""
+    the iterates are n_jobs=1's by NodeStep's products and softmax to rounding."""
     from blrgraph.graph import suffstats
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
+    monkeypatch.setattr(zstep, "PASS_ALONE", False)
     ref = build()
     f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
     seen = {"pass": 0, "tdot": 0, "rows": 0}
@@ -229,8 +230,31 @@ def test_n_jobs_1_holds_blas_at_one_thread_for_the_fit_and_gives_it_back():
                 KeyError("stop")))
         assert blas() == before
         seen.clear()
-        m.fit("vmp", seed=0, max_iter=2, tol=0, callback=lambda it, L: seen.append(blas()) and False)
+        m.fit("vmp", seed=0, max_iter=2, tol=0,
+              callback=lambda it, L: seen.append(blas()) and False)
         assert seen == [before, before]
+
+
+def test_fits_at_once_in_threads_share_one_blas_hold():
+    """threadpoolctl's limits are the process's: two fits' holds of "BLAS at one thread"
+    that end in the order they began leave BLAS at one thread until the last ends, then
+    as it was before the first (each restoring its own would leave it at one thread)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    with threadpool_limits(2, user_api="blas"):
+        before = blas()
+        a = threads.blas_for(1)
+        b = threads.blas_for(1)
+        assert set(blas()) == {1}
+        a.__exit__(None, None, None)
+        assert set(blas()) == {1}       # (b still runs)
+        a.restore_original_limits()     # (letting go twice counts once)
+        assert set(blas()) == {1}
+        b.__exit__(None, None, None)
+        assert blas() == before
+        assert isinstance(threads.blas_for(None), type(threads.blas_for(2)))
 
 
 def test_the_partitions_are_used_and_released():

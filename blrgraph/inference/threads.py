@@ -35,6 +35,7 @@ import contextlib
 import contextvars
 import copy
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -366,19 +367,55 @@ def _dense(n):
 
 
 def blas_for(n_jobs):
-    """The BLAS threads of a whole fit: with ``n_jobs=1`` given, the fit keeps to one
-    core, BLAS held at one thread (threadpoolctl) as in every worker of ``n_jobs`` > 1;
-    otherwise BLAS as configured (a split sweep holds it at one thread itself). A context
-    manager."""
-    limiter = _one_blas_thread() if n_jobs == 1 else None
+    """The BLAS threads of a whole fit: with ``n_jobs`` given as one job (``1``, or ``-1``
+    on one core), the fit keeps to one core, BLAS held at one thread (threadpoolctl) as in
+    every worker of ``n_jobs`` > 1; otherwise BLAS as configured (a split sweep holds it at
+    one thread itself). A context manager."""
+    limiter = _one_blas_thread() if n_jobs is not None and resolve_jobs(n_jobs) == 1 else None
     return contextlib.nullcontext() if limiter is None else limiter
 
 
+class _BlasHold:
+    """One holder of "BLAS at one thread". threadpoolctl's limits are the process's, so
+    fits that run at once in a user's threads share one limit: the first holder sets it,
+    the last to let go restores what was there before the first (each restoring its own
+    would leave the process at the limit of whichever fit started second). While any
+    holder holds it, every thread of the process runs BLAS at one thread."""
+
+    _lock = threading.Lock()
+    _count = 0
+    _limiter = None
+
+    def __init__(self, threadpool_limits):
+        with _BlasHold._lock:
+            if _BlasHold._count == 0:
+                _BlasHold._limiter = threadpool_limits(limits=1, user_api="blas")
+            _BlasHold._count += 1
+        self.held = True
+
+    def restore_original_limits(self):
+        """Let go (once); the last holder restores the limits."""
+        with _BlasHold._lock:
+            if not self.held:
+                return
+            self.held = False
+            _BlasHold._count -= 1
+            if _BlasHold._count == 0:
+                limiter, _BlasHold._limiter = _BlasHold._limiter, None
+                limiter.restore_original_limits()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore_original_limits()
+
+
 def _one_blas_thread():
-    """BLAS held at one thread while the partitions run (threadpoolctl; without it the
-    threads run with BLAS as configured)."""
+    """BLAS held at one thread (a :class:`_BlasHold`) while a fit or its partitions run
+    (threadpoolctl; without it the threads run with BLAS as configured)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return None
-    return threadpool_limits(limits=1, user_api="blas")
+    return _BlasHold(threadpool_limits)

@@ -1,7 +1,7 @@
 """A mixture's assignments z in one pass over the rows (issue 26, item 1).
 
-In a batch fit's compiled sweep (compiled.py) on 16,384 rows or more, split over the
-cores (``fit(n_jobs=)``, rowsplit.py) or not (:data:`PASS_ALONE`), the step of a mixture's z whose data are kept as flat
+In a batch fit's compiled sweep (compiled.py) on 16,384 rows or more, split over
+the cores (``fit(n_jobs=)``, rowsplit.py) or not (:data:`PASS_ALONE`), the step of a mixture's z whose data are kept as flat
 statistics (graph/suffstats.py) is :class:`ZStep`: lam = E[log pi] + Phi coef, its softmax
 and log-sum-exps, and the next sweep's messages from z (the components' statistics p^T Phi
 and pi's counts) come from one pass over the rows (``FlatStats.softmax_pass``), each block
