@@ -51,18 +51,24 @@ def _await(ready, event):
 
 
 class _Worker:
-    """A thread that runs the blocks it is given, one at a time."""
+    """A thread that runs the blocks it is given, one at a time. Each task has a ticket:
+    only the latest task's end counts as done (a task given without waiting for it,
+    :meth:`RowSplit.start`, may end after a later one was given, or never start)."""
 
     def __init__(self, name):
         self.task = self.result = None
         self.done = True
+        self.ticket = 0
+        self.lock = threading.Lock()
         self.wake, self.finished = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
     def submit(self, ctx, fn, a, b):
-        self.done = False
-        self.task = (ctx, fn, a, b)
+        with self.lock:
+            self.ticket += 1
+            self.done, self.result = False, None
+            self.task = (self.ticket, ctx, fn, a, b)
         self.wake.set()
 
     def wait(self):
@@ -71,22 +77,32 @@ class _Worker:
         out, self.result = self.result, None
         return out
 
+    def _take(self):
+        with self.lock:
+            task, self.task = self.task, None
+        return task
+
     def _loop(self):
         while True:
             _await(lambda: self.task is not None, self.wake)
-            task, self.task = self.task, None
+            task = self._take()
+            if task is None:
+                continue
             if task is _STOP:
                 return
-            ctx, fn, a, b = task
+            ticket, ctx, fn, a, b = task
             try:
-                self.result = (True, ctx.run(fn, a, b))
+                result = (True, ctx.run(fn, a, b))
             except BaseException as e:   # (raised again in the caller's thread)
-                self.result = (False, e)
-            self.done = True
+                result = (False, e)
+            with self.lock:
+                if ticket == self.ticket:
+                    self.result, self.done = result, True
             self.finished.set()
 
     def stop(self):
-        self.task = _STOP
+        with self.lock:
+            self.task = _STOP
         self.wake.set()
         self.thread.join()
 
@@ -124,6 +140,12 @@ class RowSplit:
                 raise value
         return [first] + [value for _, value in out]
 
+    def start(self, fn, bounds):
+        """``fn(a, b)`` on every block but the first, in the workers, without waiting
+        for them (:meth:`Blocks.each` waits for what it needs itself)."""
+        for w, a, b in zip(self.workers, bounds[1:-1], bounds[2:]):
+            w.submit(_block_context(), fn, a, b)
+
     def shutdown(self):
         for w in self.workers:
             w.stop()
@@ -158,29 +180,44 @@ class Blocks:
 
     def each(self, fn, n, size):
         """``fn(a, b)`` on the blocks of ``size`` rows of ``n`` rows, each thread taking
-        the next block as it ends its last (a thread that the system holds back takes
-        fewer blocks: a static split would wait for its half); the results in row order,
-        as :func:`blocks` ran one after another."""
+        the next block as it ends its last; the results in row order, as the blocks ran
+        one after another. A thread that the system holds back takes fewer blocks, and
+        one that has not started when the blocks are gone is not waited for: the caller
+        waits only for blocks under way (a static split would wait for its half). The
+        first error of a block ends the handing out and is raised here."""
         starts = range(0, n, size)
         out = [None] * len(starts)
-        counter, lock = itertools.count(), threading.Lock()
+        state = {"next": 0, "busy": 0, "error": None}
+        lock, idle = threading.Lock(), threading.Event()
 
-        def take():
-            with lock:   # (the GIL alone would do in CPython's default build)
-                return next(counter)
+        def take(ended):
+            with lock:
+                state["busy"] -= ended
+                i = state["next"]
+                if i < len(out) and state["error"] is None:
+                    state["next"], state["busy"] = i + 1, state["busy"] + 1
+                    return i
+                if state["busy"] == 0:
+                    idle.set()
+                return None
 
-        def work(_a, _b):
-            i = take()
-            try:
-                while i < len(out):
+        def work(_a=None, _b=None):
+            i = take(0)
+            while i is not None:
+                try:
                     out[i] = fn(starts[i], min(n, starts[i] + size))
-                    i = take()
-            except BaseException:   # (the others take no more blocks; run raises it)
-                with lock:
-                    for _ in range(len(out)):
-                        next(counter)
-                raise
-        self.run(work)
+                except BaseException as e:   # (raised in the caller, below)
+                    with lock:
+                        state["error"] = state["error"] or e
+                    i = take(1)
+                    continue
+                i = take(1)
+
+        self.split.start(work, self.bounds)
+        work()
+        _await(lambda: state["busy"] == 0, idle)
+        if state["error"] is not None:
+            raise state["error"]
         return out
 
     def sum(self, fn):

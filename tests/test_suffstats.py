@@ -434,3 +434,25 @@ def test_blocks_taken_in_turn_stop_at_a_blocks_error_and_raise_it(jobs):
             assert blocks.each(lambda a, b: b - a, 1050, 100) == [100] * 10 + [50]
         finally:
             rs.shutdown()
+
+
+def test_blocks_taken_in_turn_do_not_wait_for_a_thread_that_never_started():
+    """A worker still busy elsewhere when the blocks are gone is not waited for (the
+    caller ran them all); its late start finds none left, and the split's next kernel
+    gets its own results, not the late task's (each task has a ticket)."""
+    import threading
+    import time
+    from blrgraph import rowsplit
+    with rowsplit.RowSplit(2) as rs:
+        try:
+            bounds = rs.bounds(2 * rowsplit.MIN_ROWS)
+            rs.start(lambda a, b: time.sleep(0.5), bounds)   # (the worker busy for 0.5 s)
+            who = []
+            t0 = time.perf_counter()
+            got = rowsplit.active(2 * rowsplit.MIN_ROWS).each(
+                lambda a, b: who.append(threading.current_thread().name) or a, 1000, 100)
+            assert time.perf_counter() - t0 < 0.25
+            assert got == list(range(0, 1000, 100)) and set(who) == {"MainThread"}
+            assert rs.run(lambda a, b: (a, b), bounds) == [(0, bounds[1]), (bounds[1], bounds[2])]
+        finally:
+            rs.shutdown()

@@ -45,9 +45,10 @@ def route(request, monkeypatch):
         monkeypatch.setattr(compiled, "ENABLED", False)
     else:
         monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-        run = rowsplit.RowSplit.run
-        monkeypatch.setattr(rowsplit.RowSplit, "run",
-                            lambda self, fn, b: calls.append(len(b) - 1) or run(self, fn, b))
+        for name in ("run", "start"):   # (start: the blocks taken in turn, Blocks.each)
+            orig = getattr(rowsplit.RowSplit, name)
+            monkeypatch.setattr(rowsplit.RowSplit, name, lambda self, fn, b, _o=orig:
+                                calls.append(len(b) - 1) or _o(self, fn, b))
     return request.param, calls
 
 
