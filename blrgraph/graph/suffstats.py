@@ -50,6 +50,11 @@ _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md �
 #: stay in cache between the pass's two products; docs/benchmarks.md §12.18)
 PASS_ROWS = 1 << 13
 
+#: ``FlatStats.softmax_pass`` goes over the threads of an active split only when lam has
+#: this many entries (rows x K) or more: below, the threads cost more than they save
+#: (docs/benchmarks.md §12.20: 50,000 x 2, K=5 and 20,000 x 10, K=8 ran no faster split)
+PASS_SPLIT_ENTRIES = 1 << 18
+
 #: a bound on |lam| below this: no entry of lam overflows (softmax_pass)
 _NO_OVERFLOW = 1e300
 
@@ -279,7 +284,7 @@ class FlatStats:
             np.add(s, m, out=lse[i:j])
             return np.matmul(q, Hb.T, out=out)
 
-        blocks = rowsplit.active(E)
+        blocks = rowsplit.active(E) if E * K >= PASS_SPLIT_ENTRIES else None
         S = np.zeros((K, H.shape[0]))
         with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
             bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)
