@@ -169,6 +169,41 @@ def _spd_inv(c):
 _MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lower triangle}
 
 
+#: Largest D whose SPD matrices :func:`_spd_small` inverts in closed form (docs/benchmarks.md
+#: §12.19: for ten 2 x 2 matrices the Cholesky, its inverse and log-determinant by the LAPACK
+#: gufuncs take about 120k instructions, the closed form about 35k)
+SMALL_D = 2
+_SIGN2 = np.array([1.0, -1.0, -1.0, 1.0])   # adj([[a, b], [b, d]]) = [[d, -b], [-b, a]]
+_INF = math.inf
+
+
+def _spd_small(a):
+    """(A^{-1}, log|A|) of a float64 stack of exactly symmetric 2 x 2 matrices in closed form:
+    A^{-1} = adj(A) / |A| (exactly symmetric), |A| = a11 a22 - a21^2; None when some A is
+    not positive definite by a11 > 0 and |A| > 0 with |A| finite (or the stack is not such):
+    the caller's Cholesky then goes the LAPACK way (refusing as before)."""
+    if type(a) is not np.ndarray or a.dtype != np.float64 or a.shape[-1] != 2 or \
+            a.ndim < 2 or not a.flags.c_contiguous:
+        return None
+    n = a.size >> 2
+    if n == 0:
+        return None
+    p = a.reshape(n, 4)
+    x, y = p[:, 0], p[:, 1]
+    det = x * p[:, 3]
+    det -= y * y
+    if n <= 64:   # a few entries: the tests on their lists, without reductions
+        dl = det.tolist()
+        if not (min(x.tolist()) > 0.0 and min(dl) > 0.0 and sum(dl) < _INF):
+            return None
+    elif not (np.minimum.reduce(x) > 0.0 and np.minimum.reduce(det) > 0.0 and
+              math.isfinite(_sum(det))):
+        return None
+    inv = p[:, ::-1] * _SIGN2
+    inv /= det[:, None]
+    return inv.reshape(a.shape), np.log(det).reshape(a.shape[:-2])
+
+
 def _spd_inv_logdet(a, what="matrix", who="family"):
     """(A^{-1}, log|A|) for a stack of SPD matrices, via Cholesky."""
     c = _chol(a, what, who)
@@ -344,7 +379,8 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam2 = np.array(np.broadcast_to(0.5 * (dof - d - 1.0), plates))
         return lam1, lam2
 
-    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1}, read-only
+    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1} (None for D <= SMALL_D:
+    # formed when sampling), read-only
     # (UnpackMemo: the last two q's are remembered, e.g. a prior and a posterior)
     MEMO_SIZE = 2
 
@@ -362,6 +398,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym_m2(lam1)
+        if d <= SMALL_D:   # (c is formed when sampling)
+            small = _spd_small(prec)
+            if small is not None:
+                w, logdet = small
+                return nu, w, np.negative(logdet, out=logdet), prec, None
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         return nu, _spd_inv(c), _chol_logdet(c, -2.0), prec, c
 
@@ -440,7 +481,9 @@ class Wishart(UnpackMemo, ExponentialFamily):
     def sample(self, nat, rng=None, size=None):
         """Bartlett decomposition; shape size + plates + (D, D)."""
         rng = _rng(rng)
-        nu, _, _, _, c = self._unpack(nat)
+        nu, _, _, prec, c = self._unpack(nat)
+        if c is None:   # (a closed-form factorisation: _spd_small)
+            c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         shape = _size_tuple(size) + nu.shape
         return wishart_sample(rng, nu, np.swapaxes(_chol_inv_factor(c), -1, -2), shape)
 
