@@ -416,6 +416,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
         logdet, ok = _safe_logdet(x)
         return x, np.where(ok, logdet, -np.inf)
 
+    #: up to this many entries :meth:`_logs` combines its pieces as Python lists (for ten
+    #: entries, the N=200 GMM, seven in-place array operations take about 22k instructions
+    #: against 59k for the lists and the two arrays built from them)
+    LOGS_LIST_MAX = 4
+
     def _logs(self, nat):
         """(A(lam), E[log|L|]) of q, computed once per factorisation (``_unpack``'s
         memo: mean parameters, entropy and log partition of one q share them)."""
@@ -427,15 +432,22 @@ class Wishart(UnpackMemo, ExponentialFamily):
         d = nat[0].shape[-1]
         h = 0.5 * nu
         lg, psi = _gammaln_digamma_d(h, d)
-        if type(lg) is np.ndarray and 0 < lg.size <= 64:
+        if type(lg) is np.ndarray and 0 < lg.size <= self.LOGS_LIST_MAX:
             # a few entries: the same float operations on their lists (no array calls)
             hl, ll, gl, pl = (a.ravel().tolist() for a in (h, logdet_w, lg, psi))
             c = d * _LOG2
             out = (np.array([a * b + a * d * _LOG2 + g for a, b, g in zip(hl, ll, gl)]
                             ).reshape(lg.shape),
                    np.array([p + c + b for p, b in zip(pl, ll)]).reshape(lg.shape))
-        else:
-            out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
+        else:   # (the same float operations in the same order, in place)
+            a = h * logdet_w
+            t = h * d
+            t *= _LOG2
+            a += t
+            a += lg
+            e = psi + d * _LOG2
+            e += logdet_w
+            out = (a, e)
         self._logs_memo = (u, out)
         return out
 
