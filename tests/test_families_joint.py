@@ -716,6 +716,8 @@ def test_spd_small_closed_form_2x2(n):
         B[-1] = [[bad, 0.0], [0.0, 1.0]] if bad != 0.0 else [[1.0, 1.0], [1.0, 1.0]]
         assert _spd_small(B) is None
     assert _spd_small(np.eye(3)[None]) is None
+    assert _spd_small(1e231 * A) is None   # (|A| would overflow: LAPACK's way)
+    assert _spd_small(1e-160 * A) is None   # (|A| would not be a normal number)
     mvn, wis = FAMILIES["MultivariateNormal"], FAMILIES["Wishart"]
     m = rng.standard_normal((n, 2))
     nat = mvn.natural_from_params(m, A)

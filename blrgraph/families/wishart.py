@@ -174,14 +174,15 @@ _MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lo
 #: gufuncs take about 120k instructions, the closed form about 35k)
 SMALL_D = 2
 _SIGN2 = np.array([1.0, -1.0, -1.0, 1.0])   # adj([[a, b], [b, d]]) = [[d, -b], [-b, a]]
-_INF = math.inf
+_BIG, _TINY = 1e150, 1e-290   # (_spd_small's range: products within 1e300, |A| normal)
 
 
 def _spd_small(a):
     """(A^{-1}, log|A|) of a float64 stack of exactly symmetric 2 x 2 matrices in closed form:
-    A^{-1} = adj(A) / |A| (exactly symmetric), |A| = a11 a22 - a21^2; None when some A is
-    not positive definite by a11 > 0 and |A| > 0 with |A| finite (or the stack is not such):
-    the caller's Cholesky then goes the LAPACK way (refusing as before)."""
+    A^{-1} = adj(A) / |A| (exactly symmetric), |A| = a11 a22 - a21^2; None (the caller's
+    Cholesky then goes the LAPACK way, refusing as before) for a stack that is not such, has
+    an entry that is not finite or not within +-1e150 (no product can overflow), or is not
+    positive definite with a normal |A|: a11 > 0 and |A| > 1e-290."""
     if type(a) is not np.ndarray or a.dtype != np.float64 or a.shape[-1] != 2 or \
             a.ndim < 2 or not a.flags.c_contiguous:
         return None
@@ -189,15 +190,18 @@ def _spd_small(a):
     if n == 0:
         return None
     p = a.reshape(n, 4)
+    if n <= 64:   # a few entries: the tests on their lists, without reductions
+        pl = p.ravel().tolist()
+        if not (-_BIG < min(pl) and max(pl) < _BIG and math.isfinite(sum(pl)) and
+                min(pl[0::4]) > 0.0):
+            return None
+    elif not (np.maximum.reduce(np.abs(p), axis=None) < _BIG and
+              np.minimum.reduce(p[:, 0]) > 0.0):
+        return None
     x, y = p[:, 0], p[:, 1]
     det = x * p[:, 3]
     det -= y * y
-    if n <= 64:   # a few entries: the tests on their lists, without reductions
-        dl = det.tolist()
-        if not (min(x.tolist()) > 0.0 and min(dl) > 0.0 and sum(dl) < _INF):
-            return None
-    elif not (np.minimum.reduce(x) > 0.0 and np.minimum.reduce(det) > 0.0 and
-              math.isfinite(_sum(det))):
+    if not (min(det.tolist()) if n <= 64 else np.minimum.reduce(det)) > _TINY:
         return None
     inv = p[:, ::-1] * _SIGN2
     inv /= det[:, None]
