@@ -693,3 +693,46 @@ def test_mvn_sample_of_a_shared_precision_equals_the_per_entry_one():
     b = fam.sample(nat_e, rng=np.random.default_rng(9), size=4)
     assert a.shape == (4, N, K)
     np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [1, 10, 100])
+def test_spd_small_closed_form_2x2(n):
+    """D = 2 factorisations in closed form (families.wishart._spd_small): A^-1 and log|A|
+    equal LAPACK's (Cholesky, its inverse and diagonal) to rounding, A^-1 exactly
+    symmetric; any stack that is not PD and finite is left to the Cholesky (None), which
+    refuses it as before; q's moments and samples read the same numbers as LAPACK's path."""
+    from blrgraph.families.wishart import _spd_small, _cholesky, _inv_from_chol, _chol_logdet
+    rng = np.random.default_rng(n)
+    b = rng.standard_normal((n, 2, 2))
+    A = b @ np.swapaxes(b, -1, -2) + 0.5 * np.eye(2)
+    inv, ld = _spd_small(A)
+    c = _cholesky(A)
+    scale = np.max(np.abs(inv), axis=(-2, -1))[:, None, None]
+    assert np.max(np.abs(inv - _inv_from_chol(c)[0]) / scale) < 1e-14
+    np.testing.assert_allclose(ld, _chol_logdet(c), rtol=1e-14, atol=1e-14)
+    assert np.array_equal(inv, np.swapaxes(inv, -1, -2))
+    for bad in (-1.0, 0.0, np.inf, np.nan):   # a11 <= 0, |A| <= 0, not finite
+        B = A.copy()
+        B[-1] = [[bad, 0.0], [0.0, 1.0]] if bad != 0.0 else [[1.0, 1.0], [1.0, 1.0]]
+        assert _spd_small(B) is None
+    assert _spd_small(np.eye(3)[None]) is None
+    assert _spd_small(1e231 * A) is None   # (|A| would overflow: LAPACK's way)
+    assert _spd_small(1e-160 * A) is None   # (|A| would not be a normal number)
+    mvn, wis = FAMILIES["MultivariateNormal"], FAMILIES["Wishart"]
+    m = rng.standard_normal((n, 2))
+    nat = mvn.natural_from_params(m, A)
+    assert mvn._unpack(nat)[4] is None   # (the closed form: c formed when sampling)
+    x = mvn.sample(nat, rng=3, size=5)
+    want = m + np.einsum("...ji,...j->...i", np.linalg.inv(c), np.random.default_rng(3)
+                         .standard_normal((5, n, 2)))
+    np.testing.assert_allclose(x, want, rtol=1e-12, atol=1e-12)
+    wnat = wis.natural_from_params(np.full(n, 4.5), np.linalg.inv(A))
+    assert wis._unpack(wnat)[4] is None
+    L = wis.sample(wnat, rng=4, size=3)
+    assert L.shape == (3, n, 2, 2) and np.all(np.linalg.eigvalsh(L) > 0)
+    B = A.copy()
+    B[0] = [[1.0, 2.0], [2.0, 1.0]]   # not PD: the Cholesky's error, as before
+    with pytest.raises(ValueError, match="not positive definite"):
+        mvn.mean_params((np.zeros((n, 2)), -0.5 * B))
+    with pytest.raises(ValueError, match="not positive definite"):
+        wis.mean_params((-0.5 * B, np.full(n, 2.0)))

@@ -169,6 +169,45 @@ def _spd_inv(c):
 _MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lower triangle}
 
 
+#: Largest D whose SPD matrices :func:`_spd_small` inverts in closed form (docs/benchmarks.md
+#: §12.19: for ten 2 x 2 matrices the Cholesky, its inverse and log-determinant by the LAPACK
+#: gufuncs take about 120k instructions, the closed form about 35k)
+SMALL_D = 2
+_SIGN2 = np.array([1.0, -1.0, -1.0, 1.0])   # adj([[a, b], [b, d]]) = [[d, -b], [-b, a]]
+_BIG, _TINY = 1e150, 1e-290   # (_spd_small's range: products within 1e300, |A| normal)
+
+
+def _spd_small(a):
+    """(A^{-1}, log|A|) of a float64 stack of exactly symmetric 2 x 2 matrices in closed form:
+    A^{-1} = adj(A) / |A| (exactly symmetric), |A| = a11 a22 - a21^2; None (the caller's
+    Cholesky then goes the LAPACK way, refusing as before) for a stack that is not such, has
+    an entry that is not finite or not within +-1e150 (no product can overflow), or is not
+    positive definite with a normal |A|: a11 > 0 and |A| > 1e-290."""
+    if type(a) is not np.ndarray or a.dtype != np.float64 or a.shape[-1] != 2 or \
+            a.ndim < 2 or not a.flags.c_contiguous:
+        return None
+    n = a.size >> 2
+    if n == 0:
+        return None
+    p = a.reshape(n, 4)
+    if n <= 64:   # a few entries: the tests on their lists, without reductions
+        pl = p.ravel().tolist()
+        if not (-_BIG < min(pl) and max(pl) < _BIG and math.isfinite(sum(pl)) and
+                min(pl[0::4]) > 0.0):
+            return None
+    elif not (np.maximum.reduce(np.abs(p), axis=None) < _BIG and
+              np.minimum.reduce(p[:, 0]) > 0.0):
+        return None
+    x, y = p[:, 0], p[:, 1]
+    det = x * p[:, 3]
+    det -= y * y
+    if not (min(det.tolist()) if n <= 64 else np.minimum.reduce(det)) > _TINY:
+        return None
+    inv = p[:, ::-1] * _SIGN2
+    inv /= det[:, None]
+    return inv.reshape(a.shape), np.log(det).reshape(a.shape[:-2])
+
+
 def _spd_inv_logdet(a, what="matrix", who="family"):
     """(A^{-1}, log|A|) for a stack of SPD matrices, via Cholesky."""
     c = _chol(a, what, who)
@@ -344,7 +383,8 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam2 = np.array(np.broadcast_to(0.5 * (dof - d - 1.0), plates))
         return lam1, lam2
 
-    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1}, read-only
+    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1} (None for D <= SMALL_D:
+    # formed when sampling), read-only
     # (UnpackMemo: the last two q's are remembered, e.g. a prior and a posterior)
     MEMO_SIZE = 2
 
@@ -362,6 +402,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
             raise ValueError(f"{self.name}: natural parameter gives dof nu = 2*lam2 + D + 1 "
                              f"<= D - 1 = {d - 1}; outside the natural parameter space")
         prec = _sym_m2(lam1)
+        if d <= SMALL_D:   # (c is formed when sampling)
+            small = _spd_small(prec)
+            if small is not None:
+                w, logdet = small
+                return nu, w, np.negative(logdet, out=logdet), prec, None
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         return nu, _spd_inv(c), _chol_logdet(c, -2.0), prec, c
 
@@ -375,6 +420,11 @@ class Wishart(UnpackMemo, ExponentialFamily):
         logdet, ok = _safe_logdet(x)
         return x, np.where(ok, logdet, -np.inf)
 
+    #: up to this many entries :meth:`_logs` combines its pieces as Python lists (for ten
+    #: entries, the N=200 GMM, seven in-place array operations take about 22k instructions
+    #: against 59k for the lists and the two arrays built from them)
+    LOGS_LIST_MAX = 4
+
     def _logs(self, nat):
         """(A(lam), E[log|L|]) of q, computed once per factorisation (``_unpack``'s
         memo: mean parameters, entropy and log partition of one q share them)."""
@@ -386,15 +436,22 @@ class Wishart(UnpackMemo, ExponentialFamily):
         d = nat[0].shape[-1]
         h = 0.5 * nu
         lg, psi = _gammaln_digamma_d(h, d)
-        if type(lg) is np.ndarray and 0 < lg.size <= 64:
+        if type(lg) is np.ndarray and 0 < lg.size <= self.LOGS_LIST_MAX:
             # a few entries: the same float operations on their lists (no array calls)
             hl, ll, gl, pl = (a.ravel().tolist() for a in (h, logdet_w, lg, psi))
             c = d * _LOG2
             out = (np.array([a * b + a * d * _LOG2 + g for a, b, g in zip(hl, ll, gl)]
                             ).reshape(lg.shape),
                    np.array([p + c + b for p, b in zip(pl, ll)]).reshape(lg.shape))
-        else:
-            out = (h * logdet_w + h * d * LOG2 + lg, psi + d * LOG2 + logdet_w)
+        else:   # (the same float operations in the same order, in place)
+            a = h * logdet_w
+            t = h * d
+            t *= _LOG2
+            a += t
+            a += lg
+            e = psi + d * _LOG2
+            e += logdet_w
+            out = (a, e)
         self._logs_memo = (u, out)
         return out
 
@@ -440,7 +497,9 @@ class Wishart(UnpackMemo, ExponentialFamily):
     def sample(self, nat, rng=None, size=None):
         """Bartlett decomposition; shape size + plates + (D, D)."""
         rng = _rng(rng)
-        nu, _, _, _, c = self._unpack(nat)
+        nu, _, _, prec, c = self._unpack(nat)
+        if c is None:   # (a closed-form factorisation: _spd_small)
+            c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         shape = _size_tuple(size) + nu.shape
         return wishart_sample(rng, nu, np.swapaxes(_chol_inv_factor(c), -1, -2), shape)
 

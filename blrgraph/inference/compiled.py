@@ -250,6 +250,12 @@ def _all_finite(arrays, zeros):
     every entry is finite, and it cannot overflow); :func:`~.blr._finite` for any other
     array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
+        if type(a) is np.ndarray:   # (the common case first: a contiguous array tested before)
+            z = zeros.get(a.size)
+            if z is not None and a.flags.c_contiguous and a.dtype == _F8:
+                if not _vdot(a, z) == 0.0:
+                    return False
+                continue
         if type(a) is np.ndarray and 0 in a.strides:
             a = _compact(a)
         if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
