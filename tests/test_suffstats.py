@@ -332,7 +332,7 @@ def test_softmax_pass_equals_the_products_and_scipys_softmax(split, monkeypatch)
     from blrgraph import rowsplit
     monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
-    monkeypatch.setattr(suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(suffstats, "PASS_SPLIT_WORK", 0)
     rng = np.random.default_rng(3)
     x = rng.normal(size=(1000, 3)) * 2.0
     fs = FlatStats(MultivariateNormal(), x, (1000,))
@@ -380,7 +380,7 @@ def test_softmax_pass_over_threads_gives_one_threads_numbers_bit_for_bit(jobs, m
     from blrgraph import rowsplit
     monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
-    monkeypatch.setattr(suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(suffstats, "PASS_SPLIT_WORK", 0)
     rng = np.random.default_rng(5)
     x = rng.normal(size=(1003, 3)) * 2.0   # (16 blocks, the last of 43 rows)
     fs = FlatStats(MultivariateNormal(), x, (1003,))
@@ -460,10 +460,10 @@ def test_blocks_taken_in_turn_do_not_wait_for_a_thread_that_never_started():
             rs.shutdown()
 
 
-def test_softmax_pass_goes_over_the_threads_only_from_pass_split_entries(monkeypatch):
-    """With a split active, the pass runs whole while lam has fewer than
-    PASS_SPLIT_ENTRIES entries (rows x K) and over the threads from there, with the same
-    numbers either way."""
+def test_softmax_pass_goes_over_the_threads_only_from_pass_split_work(monkeypatch):
+    """With a split active, the pass runs whole while its work, rows x K x (2 P + 70), is
+    below PASS_SPLIT_WORK and over the threads from there, with the same numbers either
+    way."""
     from blrgraph import rowsplit
     monkeypatch.setattr(suffstats, "PASS_ROWS", 64)
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 100)
@@ -477,10 +477,11 @@ def test_softmax_pass_goes_over_the_threads_only_from_pass_split_entries(monkeyp
                         lambda self, fn, b: started.append(1) or start(self, fn, b))
     with rowsplit.RowSplit(2) as rs:
         try:
-            monkeypatch.setattr(suffstats, "PASS_SPLIT_ENTRIES", 500 * 3 + 1)
+            work = 500 * 3 * (2 * fs.layout.P + 70)
+            monkeypatch.setattr(suffstats, "PASS_SPLIT_WORK", work + 1)
             whole = [np.array(a) for a in fs.softmax_pass(Mt)[:5]]
             assert not started
-            monkeypatch.setattr(suffstats, "PASS_SPLIT_ENTRIES", 500 * 3)
+            monkeypatch.setattr(suffstats, "PASS_SPLIT_WORK", work)
             split = fs.softmax_pass(Mt)[:5]
             assert started == [1]
         finally:

@@ -46,7 +46,7 @@ def route(request, monkeypatch):
         monkeypatch.setattr(compiled, "ENABLED", False)
     else:
         monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-        monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+        monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
         for name in ("run", "start"):   # (start: the blocks taken in turn, Blocks.each)
             orig = getattr(rowsplit.RowSplit, name)
             monkeypatch.setattr(rowsplit.RowSplit, name, lambda self, fn, b, _o=orig:
@@ -89,7 +89,7 @@ def test_z_pass_reads_the_rows_once_a_sweep_and_takes_the_steps_of_one_thread(
     the iterates are n_jobs=1's by NodeStep's products and softmax to rounding."""
     from blrgraph.graph import suffstats
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-    monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
     monkeypatch.setattr(zstep, "PASS_ALONE", False)
     ref = build()
     f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
@@ -112,7 +112,7 @@ def test_z_pass_without_a_split_takes_nodesteps_steps(monkeypatch):
     and softmax: the same iterates to rounding."""
     from blrgraph.graph import suffstats
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-    monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
     monkeypatch.setattr(zstep, "PASS_ALONE", False)
     ref = gmm_model(_gmm_data(1200))
     f1 = ref.fit("vmp", seed=0, n_jobs=1, max_iter=30, tol=1e-10)
@@ -132,7 +132,7 @@ def test_z_pass_writes_again_only_into_arrays_nothing_else_holds(monkeypatch):
     holds them: q's that a caller kept (here every second sweep's, by a callback) keep
     their values; the others are written again (the pass then allocates nothing)."""
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-    monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
     free = []
     unheld = zstep._unheld
     monkeypatch.setattr(zstep, "_unheld", lambda a: free.append(unheld(a)) or free[-1])
@@ -159,7 +159,7 @@ def test_blas_is_restored_when_a_split_fit_goes_to_partitions(monkeypatch):
     split's BLAS limit by one that held 1 thread as the limit to restore)."""
     from threadpoolctl import threadpool_info
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-    monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
     X = _gmm_data()
     mask = np.ones(len(X), bool)
     mask[::7] = False
@@ -204,7 +204,7 @@ def test_the_split_kernels_release_their_threads_and_blas(monkeypatch):
     BLAS is back at its limits; the partitions were never built."""
     from threadpoolctl import threadpool_info
     monkeypatch.setattr(rowsplit, "MIN_ROWS", 200)
-    monkeypatch.setattr(_suffstats, "PASS_SPLIT_ENTRIES", 0)
+    monkeypatch.setattr(_suffstats, "PASS_SPLIT_WORK", 0)
     before = [i["num_threads"] for i in threadpool_info()]
     seen = []
     m = gmm_model(_gmm_data())

@@ -50,10 +50,13 @@ _STREAM_ROWS = 1 << 10         # rows of one rebuilt chunk (docs/benchmarks.md �
 #: stay in cache between the pass's two products; docs/benchmarks.md §12.18)
 PASS_ROWS = 1 << 13
 
-#: ``FlatStats.softmax_pass`` goes over the threads of an active split only when lam has
-#: this many entries (rows x K) or more: below, the threads cost more than they save
-#: (docs/benchmarks.md §12.20: 50,000 x 2, K=5 and 20,000 x 10, K=8 ran no faster split)
-PASS_SPLIT_ENTRIES = 1 << 18
+#: ``FlatStats.softmax_pass`` goes over the threads of an active split only when its work,
+#: rows x K x (2 P + 70) (each entry of lam: two products of P multiply-adds, and about 70
+#: more for its exp and softmax), is this or more: below, the threads cost more than they
+#: save (docs/benchmarks.md §12.20: split, 20,000 x 10, K=8 (3.2e7) and 64,000 x 2, K=5
+#: (2.6e7) ran 0.86x and 0.78x of one thread; 100,000 x 2, K=5 (4.1e7) 1.12x, 30,000 x 10,
+#: K=8 (4.8e7) 1.38x)
+PASS_SPLIT_WORK = 36e6
 
 #: a bound on |lam| below this: no entry of lam overflows (softmax_pass)
 _NO_OVERFLOW = 1e300
@@ -284,7 +287,8 @@ class FlatStats:
             np.add(s, m, out=lse[i:j])
             return np.matmul(q, Hb.T, out=out)
 
-        blocks = rowsplit.active(E) if E * K >= PASS_SPLIT_ENTRIES else None
+        blocks = rowsplit.active(E) if E * K * (2 * H.shape[0] + 70) >= PASS_SPLIT_WORK \
+            else None
         S = np.zeros((K, H.shape[0]))
         with np.errstate(invalid="ignore", over="ignore"):   # (finite decides below)
             bound = float(np.maximum.reduce(np.abs(Mt) @ self._colmax))   # (nan: no bound)

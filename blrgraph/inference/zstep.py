@@ -19,8 +19,9 @@ from .blr import _finite, blr_update
 from .compiled import STEP_MAKERS, NodeStep, Route, _prior
 
 #: True: a mixture's z takes its one-pass step (ZStep) on 16,384 rows or more also when the
-#: rows are not split (``n_jobs=1``): 4% to 16% less CPU a sweep than NodeStep's products
-#: and softmax, from 20,000 x 2 to 400,000 x 10 (docs/benchmarks.md §12.20)
+#: rows are not split (``n_jobs=1``): with BLAS at one thread, a median 0.89 of NodeStep's
+#: CPU a sweep (0.81 to 1.15 in 14 idle comparisons, 20,000 x 2 to 400,000 x 10;
+#: docs/benchmarks.md §12.20)
 PASS_ALONE = True
 
 
