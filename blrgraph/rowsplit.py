@@ -5,8 +5,7 @@ on large tables in row kernels: the mixture's log-likelihoods Phi @ coef, the
 assignments' softmax, and the components' statistics r^T Phi (graph/suffstats.py,
 families/categorical.py), which a mixture's z step makes in one pass over the rows
 (``FlatStats.softmax_pass``, ``inference.zstep.ZStep``; its blocks taken in turn by the
-threads, :meth:`Blocks.each`). While a fit
-with ``n_jobs`` > 1 runs such a sweep, a
+threads, :meth:`Blocks.each`). While a fit with ``n_jobs`` > 1 runs such a sweep, a
 :class:`RowSplit` is active (a context variable, so other threads and other fits never see
 it): each of those kernels cuts its rows into ``jobs`` contiguous blocks, runs the first in
 the calling thread and the others in the split's threads (numpy and BLAS release the GIL;
@@ -19,7 +18,6 @@ Kernels on fewer than ``2 * MIN_ROWS`` rows run whole.
 from __future__ import annotations
 
 import contextvars
-import itertools
 import threading
 import time
 
@@ -209,8 +207,6 @@ class Blocks:
                 except BaseException as e:   # (raised in the caller, below)
                     with lock:
                         state["error"] = state["error"] or e
-                    i = take(1)
-                    continue
                 i = take(1)
 
         self.split.start(work, self.bounds)

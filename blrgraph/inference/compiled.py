@@ -250,18 +250,13 @@ def _all_finite(arrays, zeros):
     every entry is finite, and it cannot overflow); :func:`~.blr._finite` for any other
     array (a larger one: one sum, no kept zeros)."""
     for a in arrays:
-        if type(a) is np.ndarray:   # (the common case first: a contiguous array tested before)
-            z = zeros.get(a.size)
-            if z is not None and a.flags.c_contiguous and a.dtype == _F8:
-                if not _vdot(a, z) == 0.0:
-                    return False
-                continue
-        if type(a) is np.ndarray and 0 in a.strides:
-            a = _compact(a)
-        if type(a) is np.ndarray and a.dtype == _F8 and 0 < a.size <= SUM_CHECK:
-            if not a.flags.c_contiguous and a.flags.f_contiguous:
-                a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
-            if a.flags.c_contiguous:
+        if type(a) is np.ndarray and a.dtype == _F8:
+            if not a.flags.c_contiguous:   # (the common case, contiguous, goes straight on)
+                if 0 in a.strides:
+                    a = _compact(a)
+                if not a.flags.c_contiguous and a.flags.f_contiguous:
+                    a = a.T   # (z's log-likelihoods come transposed: FlatStats.dot)
+            if a.flags.c_contiguous and 0 < a.size <= SUM_CHECK:
                 z = zeros.get(a.size)
                 if z is None:
                     z = zeros[a.size] = np.zeros(a.size)
@@ -319,14 +314,17 @@ class ClosedTerm:
                                    for d, a in zip(msg, lam)):
             # lam = lam0 + msg (lam0 alone in the components past msg's)
             for d, m in zip(msg, n.moments()):
-                total -= float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape \
-                    else float(_sum(d * m, axis=None))
+                total -= _inner(d, m)
             return total - self.expected_a0()
         for a0, a, m in zip(lam0, lam, n.moments()):
-            d = a0 - a
-            total += float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
-                float(_sum(d * m, axis=None))
+            total += _inner(a0 - a, m)
         return total - self.expected_a0()
+
+
+def _inner(d, m):
+    """<d, m> summed over every entry (one dot product when the shapes agree)."""
+    return float(_vdot(d, m)) if type(m) is np.ndarray and d.shape == m.shape else \
+        float(_sum(d * m, axis=None))
 
 
 def _shared_prior(lam0):
@@ -490,10 +488,9 @@ def compile_sweep(run, view):
     for n in model.stochastic:
         if n.observed:
             terms[n] = ObservedTerm(n)
-        elif n.factor.closed_form_elbo and _agrees(ClosedTerm(n), n):
-            terms[n] = ClosedTerm(n, step_of.get(n))
         else:
-            terms[n] = n.elbo_term
+            closed = ClosedTerm(n, step_of.get(n)) if n.factor.closed_form_elbo else None
+            terms[n] = closed if closed is not None and _agrees(closed, n) else n.elbo_term
     last = steps[-1]
     rests = [_rest(r) for r in last.routes]
     if isinstance(terms[last.node], ClosedTerm) and rests and all(rests) and \

@@ -1,11 +1,12 @@
 """A mixture's assignments z in one pass over the rows (issue 26, item 1).
 
-In a batch fit's compiled sweep (compiled.py) on 16,384 rows or more, split over
-the cores (``fit(n_jobs=)``, rowsplit.py) or not (:data:`PASS_ALONE`), the step of a mixture's z whose data are kept as flat
-statistics (graph/suffstats.py) is :class:`ZStep`: lam = E[log pi] + Phi coef, its softmax
-and log-sum-exps, and the next sweep's messages from z (the components' statistics p^T Phi
-and pi's counts) come from one pass over the rows (``FlatStats.softmax_pass``), each block
-of Phi read once from cache (docs/benchmarks.md §12.18).
+In a batch fit's compiled sweep (compiled.py) on 16,384 rows or more, split over the
+cores (``fit(n_jobs=)``, rowsplit.py) or not (:data:`PASS_ALONE`), the step of a
+mixture's z whose data are kept as flat statistics (graph/suffstats.py) is
+:class:`ZStep`: lam = E[log pi] + Phi coef, its softmax and log-sum-exps, and the next
+sweep's messages from z (the components' statistics p^T Phi and pi's counts) come from one
+pass over the rows (``FlatStats.softmax_pass``), each block of Phi read once from cache
+(docs/benchmarks.md §12.18).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class ZStep(NodeStep):
     messages from z (the components' statistics p^T Phi and pi's counts) in one pass over
     the rows (:meth:`~blrgraph.graph.suffstats.FlatStats.softmax_pass`): Phi is read once a
     sweep from cache, and while the rows are split over the cores (``n_jobs``,
-    rowsplit.py) every row kernel of the sweep runs on all of them. The messages wait in
+    rowsplit.py) the pass runs on all of them when its work is enough
+    (``suffstats.PASS_SPLIT_WORK``). The messages wait in
     the factors (``passed``) and are read for that same p. The iterates are NodeStep's to
     rounding (docs/benchmarks.md §12.18, §12.20)."""
 
