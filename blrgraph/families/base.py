@@ -359,8 +359,8 @@ class UnpackMemo:
                 return out
         out = self._unpack_new(nat)
         for a in out:
-            if isinstance(a, np.ndarray) and a.flags.writeable:
-                a.flags.writeable = False   # shared by the readers of this q
+            if isinstance(a, np.ndarray):   # shared by the readers of this q (setflags: no
+                a.setflags(write=False)     # flags object built, as a.flags.writeable does)
         self._unpack_memo = ((tuple(nat), out),) + tuple(memo[:self.MEMO_SIZE - 1])
         return out
 

@@ -24,7 +24,8 @@ from .base import (ExponentialFamily, UnpackMemo, _fsum, broadcast_nat, check_sp
                    object_array, vdot)
 from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_inv_factor, _chol_logdet,
                       _inv_from_chol, _matvec, _outer, _prefix, _quad, _rng, _size_tuple,
-                      _spd_inv, _spd_small, _sym, _sym_m2, _trace_prod, SMALL_D)
+                      _spd_inv, _spd_inv_logdet_few, _spd_small, _sym, _sym_m2, _trace_prod,
+                      SMALL_D)
 
 
 class MultivariateNormal(UnpackMemo, ExponentialFamily):
@@ -125,11 +126,11 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         precision = np.broadcast_to(precision, plates + (d, d))
         return _matvec(precision, mean), -0.5 * precision
 
-    # _unpack(nat) -> (m, L, Sigma, log|L|, c) with c c^T = L (None for D <= SMALL_D: formed
-    # when sampling), read-only (UnpackMemo: the last q is remembered). When every plate
-    # entry has the same precision (the scores of probabilistic PCA without missing cells:
-    # I + sum_d E[tau] E[w_d w_d^T] for every row) it is factorised once; L, Sigma, log|L|
-    # and c are then broadcast views.
+    # _unpack(nat) -> (m, L, Sigma, log|L|, c) with c c^T = L (None when factorised by
+    # _spd_small or _spd_inv_logdet_few: formed when sampling), read-only (UnpackMemo: the
+    # last q is remembered). When every plate entry has the same precision (the scores of
+    # probabilistic PCA without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row)
+    # it is factorised once; L, Sigma, log|L| and c are then broadcast views.
 
     def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
@@ -141,6 +142,10 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
             if small is not None:
                 cov, logdet = small
                 return _matvec(cov, lam1), prec, cov, logdet, None
+        if one is None:
+            few = _spd_inv_logdet_few(prec)   # (c is formed when sampling)
+            if few is not None:
+                return _matvec(few[0], lam1), prec, few[0], few[1], None
         c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         cov = _spd_inv(c)
         logdet = _chol_logdet(c)
@@ -273,7 +278,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         """x = m + c^{-T} z with c c^T = L; shape size + plates + (D,)."""
         rng = _rng(rng)
         m, prec, _, _, c = self._unpack(nat)
-        if c is None:   # (a closed-form factorisation: _spd_small)
+        if c is None:   # (factorised by _spd_small or _spd_inv_logdet_few)
             c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
         # one factor for the entries that share it (stride 0: a shared precision)

@@ -153,11 +153,12 @@ def _spd_inv(c):
         return _inv_from_chol(c)[0]
     buf = np.array(c, order="C").reshape(n, d, d)   # (a copy: potri works in place)
     for k in range(n):
-        inv, info = _dpotri(buf[k].T, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
+        ck = buf[k].T
+        inv, info = _dpotri(ck, 0, 1)   # uplo U of c^T = the lower triangle of buf[k]
         if info:   # pragma: no cover (c has a positive diagonal: never singular)
             return _inv_from_chol(c)[0]
-        if not np.shares_memory(inv, buf[k]):   # pragma: no cover (a build that copied)
-            buf[k].T[...] = inv
+        if inv is not ck:   # pragma: no cover (f2py hands back its argument when it
+            ck[...] = inv   # works in place; a build that copied: the result copied back)
     idx = _MIRROR.get(d)
     if idx is None:   # (the flat index of (max(i, j), min(i, j)) for each (i, j))
         i, j = np.indices((d, d))
@@ -167,6 +168,51 @@ def _spd_inv(c):
 
 
 _MIRROR = {}   # {D: for each flat (i, j), the flat index of its entry in the lower triangle}
+
+try:
+    from scipy.linalg.lapack import dpotrf as _dpotrf
+except ImportError:   # pragma: no cover
+    _dpotrf = None
+
+
+def _spd_inv_logdet_few(a, scale=2.0):
+    """(A^{-1} exactly symmetric, ``scale``/2 log|A|) of a float64 stack of a few exactly
+    symmetric D x D matrices, D >= ``POTRI_MIN_D``, by LAPACK's potrf and potri on each in
+    place: one copy of the stack, no gufunc call (docs/benchmarks.md §12.22: for three
+    13 x 13 matrices the Cholesky gufunc and :func:`_spd_inv` take 130k instructions, this
+    85k). None when the stack is not such, or a matrix is not positive definite or not
+    finite: the caller then factorises as before (and refuses such a matrix with its
+    message). The Cholesky factor itself is not kept (overwritten by the inverse)."""
+    d = a.shape[-1]
+    n = a.size // (d * d) if d else 0
+    if _dpotrf is None or _dpotri is None or d < POTRI_MIN_D or \
+            not 0 < n <= POTRI_MAX_COUNT or type(a) is not np.ndarray or \
+            a.dtype != np.float64 or a.shape[-2] != d:
+        return None
+    buf = np.array(a, order="C").reshape(n, d, d)   # (a copy: LAPACK works in place)
+    for k in range(n):
+        ak = buf[k].T   # A_k itself in Fortran order (symmetric): U^T U = A_k in its upper
+        c, info = _dpotrf(ak, 0, 0, 1)   # triangle, i.e. c = U^T in buf[k]'s lower one
+        if info:   # not positive definite: the caller's Cholesky refuses it
+            return None
+        if c is not ak:   # pragma: no cover (a build that copied)
+            ak[...] = c
+    logdet = _chol_logdet(buf, scale)
+    if not math.isfinite(sum(logdet.tolist()) if n <= 64 else _sum(logdet)):
+        return None   # (a NaN or an infinity: the caller's Cholesky, as before)
+    for k in range(n):
+        ck = buf[k].T
+        inv, info = _dpotri(ck, 0, 1)   # as in _spd_inv: uplo U of c^T
+        if info:   # pragma: no cover (c has a positive diagonal: never singular)
+            return None
+        if inv is not ck:   # pragma: no cover (a build that copied)
+            ck[...] = inv
+    idx = _MIRROR.get(d)
+    if idx is None:
+        i, j = np.indices((d, d))
+        idx = _MIRROR[d] = (np.maximum(i, j) * d + np.minimum(i, j)).ravel()
+    return (buf.reshape(n, d * d).take(idx, axis=1).reshape(a.shape),
+            logdet.reshape(a.shape[:-2]))
 
 
 #: Largest D whose SPD matrices :func:`_spd_small` inverts in closed form (docs/benchmarks.md
@@ -383,8 +429,8 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam2 = np.array(np.broadcast_to(0.5 * (dof - d - 1.0), plates))
         return lam1, lam2
 
-    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1} (None for D <= SMALL_D:
-    # formed when sampling), read-only
+    # _unpack(nat) -> (nu, W, log|W|, W^{-1}, c) with c c^T = W^{-1} (None when factorised
+    # by _spd_small or _spd_inv_logdet_few: formed when sampling), read-only
     # (UnpackMemo: the last two q's are remembered, e.g. a prior and a posterior)
     MEMO_SIZE = 2
 
@@ -407,6 +453,9 @@ class Wishart(UnpackMemo, ExponentialFamily):
             if small is not None:
                 w, logdet = small
                 return nu, w, np.negative(logdet, out=logdet), prec, None
+        few = _spd_inv_logdet_few(prec, -2.0)   # (c is formed when sampling)
+        if few is not None:
+            return nu, few[0], few[1], prec, None
         c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         return nu, _spd_inv(c), _chol_logdet(c, -2.0), prec, c
 
@@ -498,7 +547,7 @@ class Wishart(UnpackMemo, ExponentialFamily):
         """Bartlett decomposition; shape size + plates + (D, D)."""
         rng = _rng(rng)
         nu, _, _, prec, c = self._unpack(nat)
-        if c is None:   # (a closed-form factorisation: _spd_small)
+        if c is None:   # (factorised by _spd_small or _spd_inv_logdet_few)
             c = _chol(prec, "-2 * lam1 (the inverse scale)", self.name, symmetric=True)
         shape = _size_tuple(size) + nu.shape
         return wishart_sample(rng, nu, np.swapaxes(_chol_inv_factor(c), -1, -2), shape)

@@ -273,6 +273,9 @@ class Stochastic(Node):
         return self._obs_moments
 
     def moments(self):
+        m = self._moments
+        if m is not None and not self.observed:   # (the common read: kept since set)
+            return m
         if self.observed:
             return self._observed_moments()
         if self._moments is None and not self.point and self._factored is not None:

@@ -383,8 +383,9 @@ class MixtureFactor(Conditional):
                 S = S + rr[ra:rb].T @ A
             S = S.reshape(self.K, C, -1).transpose(1, 0, 2)
         out = fs.layout.means(S.reshape(C * self.K, -1), tuple(cols) + (self.K,))
-        for a in (out[0],) + out[1]:
-            a.flags.writeable = False   # shared by the components' messages
+        out[0].setflags(write=False)   # shared by the components' messages
+        for a in out[1]:
+            a.setflags(write=False)
         self._stats_cache = (fs, r, w, out)
         return out
 
