@@ -736,3 +736,43 @@ def test_spd_small_closed_form_2x2(n):
         mvn.mean_params((np.zeros((n, 2)), -0.5 * B))
     with pytest.raises(ValueError, match="not positive definite"):
         wis.mean_params((-0.5 * B, np.full(n, 2.0)))
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2), ()])
+def test_spd_few_potrf_potri_in_place(shape):
+    """A few D >= 8 matrices (families.wishart._spd_inv_logdet_few: LAPACK's potrf and potri
+    on each, in place): A^-1 and log|A| equal the gufunc Cholesky's path to rounding, A^-1
+    exactly symmetric; a stack with a matrix that is not PD or not finite is left to the
+    Cholesky (None), so a q outside the natural parameter space is refused naming the node;
+    q's samples (c formed then) are the same numbers as from the gufunc's factor."""
+    from blrgraph.families.wishart import (_spd_inv_logdet_few, _cholesky, _spd_inv,
+                                           _chol_logdet)
+    rng = np.random.default_rng(13)
+    d = 13
+    b = rng.standard_normal(shape + (d, d))
+    A = b @ np.swapaxes(b, -1, -2) + d * np.eye(d)
+    A = 0.5 * (A + np.swapaxes(A, -1, -2))
+    inv, ld = _spd_inv_logdet_few(A)
+    c = _cholesky(A)
+    ref = _spd_inv(c)
+    assert inv.shape == A.shape and np.shape(ld) == shape
+    assert np.max(np.abs(inv - ref)) < 1e-15 * np.max(np.abs(ref)) * d
+    np.testing.assert_allclose(ld, _chol_logdet(c), rtol=1e-14)
+    assert np.array_equal(inv, np.swapaxes(inv, -1, -2))
+    inv_w, ld_w = _spd_inv_logdet_few(A, -2.0)
+    assert np.array_equal(inv_w, inv) and np.array_equal(ld_w, -ld)
+    for bad in (-1.0, np.nan, np.inf):
+        B = A.copy()
+        B[(0,) * len(shape) + (4, 4)] = bad
+        assert _spd_inv_logdet_few(B) is None
+    assert _spd_inv_logdet_few(A[..., :7, :7]) is None   # (D < POTRI_MIN_D: the gufuncs)
+    wis = FAMILIES["Wishart"]
+    nat = wis.natural_from_params(np.full(shape, d + 3.0), inv)
+    assert wis._unpack(nat)[4] is None   # (c formed when sampling)
+    bad = (nat[0].copy(), nat[1])
+    bad[0][(0,) * len(shape) + (4, 4)] = 1e3   # -2 lam1 not positive definite
+    with pytest.raises(ValueError, match="Wishart.*not positive definite"):
+        wis.mean_params(bad)
+    s1 = wis.sample(nat, rng=5, size=3)
+    wis.release()
+    assert s1.shape == (3,) + shape + (d, d) and np.all(np.isfinite(s1))

@@ -189,7 +189,10 @@ def _spd_inv_logdet_few(a, scale=2.0):
             not 0 < n <= POTRI_MAX_COUNT or type(a) is not np.ndarray or \
             a.dtype != np.float64 or a.shape[-2] != d:
         return None
-    buf = np.array(a, order="C").reshape(n, d, d)   # (a copy: LAPACK works in place)
+    flat = a.ndim != 3   # (a stack (n, d, d) as it is: no reshapes)
+    buf = np.array(a, order="C")   # (a copy: LAPACK works in place)
+    if flat:
+        buf = buf.reshape(n, d, d)
     for k in range(n):
         ak = buf[k].T   # A_k itself in Fortran order (symmetric): U^T U = A_k in its upper
         c, info = _dpotrf(ak, 0, 0, 1)   # triangle, i.e. c = U^T in buf[k]'s lower one
@@ -211,8 +214,8 @@ def _spd_inv_logdet_few(a, scale=2.0):
     if idx is None:
         i, j = np.indices((d, d))
         idx = _MIRROR[d] = (np.maximum(i, j) * d + np.minimum(i, j)).ravel()
-    return (buf.reshape(n, d * d).take(idx, axis=1).reshape(a.shape),
-            logdet.reshape(a.shape[:-2]))
+    inv = buf.reshape(n, d * d).take(idx, axis=1)
+    return inv.reshape(a.shape), (logdet.reshape(a.shape[:-2]) if flat else logdet)
 
 
 #: Largest D whose SPD matrices :func:`_spd_small` inverts in closed form (docs/benchmarks.md
