@@ -178,9 +178,10 @@ except ImportError:   # pragma: no cover
 def _spd_inv_logdet_few(a, scale=2.0):
     """(A^{-1} exactly symmetric, ``scale``/2 log|A|) of a float64 stack of a few exactly
     symmetric D x D matrices, D >= ``POTRI_MIN_D``, by LAPACK's potrf and potri on each in
-    place: one copy of the stack, no gufunc call (docs/benchmarks.md §12.22: for three
-    13 x 13 matrices the Cholesky gufunc and :func:`_spd_inv` take 130k instructions, this
-    85k). None when the stack is not such, or a matrix is not positive definite or not
+    place: one copy of the stack, no gufunc call (docs/benchmarks.md §12.23: for three
+    13 x 13 matrices the Cholesky gufunc and :func:`_spd_inv` take about 130k instructions
+    (the Cholesky alone 50k, most of it the gufunc's own copies and set-up), potrf and
+    potri called from here about 85k). None when the stack is not such, or a matrix is not positive definite or not
     finite: the caller then factorises as before (and refuses such a matrix with its
     message). The Cholesky factor itself is not kept (overwritten by the inverse)."""
     d = a.shape[-1]
