@@ -33,10 +33,11 @@ def _fsum(a):
     list (no reduction's setup; rounding aside, numpy's sum)."""
     if type(a) is float:
         return a
-    a = np.asarray(a)
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
     if a.size <= 64:
         try:
-            return math.fsum(a.ravel().tolist())
+            return math.fsum((a if a.ndim == 1 else a.ravel()).tolist())
         except (ValueError, OverflowError):   # inf - inf, or beyond the largest float:
             pass                              # numpy's nan / inf, for the caller to name
     return float(np.add.reduce(a, axis=None))

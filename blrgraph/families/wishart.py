@@ -442,9 +442,10 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         d = lam1.shape[-1]
         if lam2.size <= 64:   # a few entries: the same numbers from their list
-            nl = [2.0 * a + d + 1.0 for a in lam2.ravel().tolist()]
+            one = lam2.ndim == 1   # (one plate axis: no ravel or reshape)
+            nl = [2.0 * a + d + 1.0 for a in (lam2 if one else lam2.ravel()).tolist()]
             ok = above(nl, d - 1) if nl else True
-            nu = np.array(nl).reshape(lam2.shape)
+            nu = np.array(nl) if one else np.array(nl).reshape(lam2.shape)
         else:
             nu = 2.0 * lam2 + d + 1.0
             ok = _all(nu > d - 1, axis=None)
@@ -491,11 +492,14 @@ class Wishart(UnpackMemo, ExponentialFamily):
         lg, psi = _gammaln_digamma_d(h, d)
         if type(lg) is np.ndarray and 0 < lg.size <= self.LOGS_LIST_MAX:
             # a few entries: the same float operations on their lists (no array calls)
-            hl, ll, gl, pl = (a.ravel().tolist() for a in (h, logdet_w, lg, psi))
+            one = lg.ndim == 1   # (one plate axis: no ravel or reshape)
+            hl, ll, gl, pl = (a.tolist() if one else a.ravel().tolist()
+                              for a in (h, logdet_w, lg, psi))
             c = d * _LOG2
-            out = (np.array([a * b + a * d * _LOG2 + g for a, b, g in zip(hl, ll, gl)]
-                            ).reshape(lg.shape),
-                   np.array([p + c + b for p, b in zip(pl, ll)]).reshape(lg.shape))
+            out = (np.array([a * b + a * d * _LOG2 + g for a, b, g in zip(hl, ll, gl)]),
+                   np.array([p + c + b for p, b in zip(pl, ll)]))
+            if not one:
+                out = (out[0].reshape(lg.shape), out[1].reshape(lg.shape))
         else:   # (the same float operations in the same order, in place)
             a = h * logdet_w
             t = h * d
