@@ -79,6 +79,8 @@ def main(argv=None):
         r = run_blrgraph(X, K, pri, a.sweeps, a.seed, j, blas1, parts)
         name = f"blrgraph n_jobs={j}" + (", BLAS 1 thread" if blas1 else "") + \
             (", rows in partitions" if parts else "")
+        if name in out["runs"]:   # (a repeated setting: its own row, its own sklearn ratio)
+            name += f" (run {sum(n.startswith(name) for n in out['runs']) + 1})"
         out["runs"][name] = {k: v for k, v in r.items() if k != "trace"}
         if base is None:
             base = r
