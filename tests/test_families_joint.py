@@ -778,3 +778,20 @@ def test_spd_few_potrf_potri_in_place(shape):
     s1 = wis.sample(nat, rng=5, size=3)
     wis.release()
     assert s1.shape == (3,) + shape + (d, d) and np.all(np.isfinite(s1))
+
+
+@pytest.mark.parametrize("d", [2, 3, 8, 13])
+def test_nan_anywhere_in_a_precision_is_refused(d):
+    """A nan entry of q's precision (or inverse scale), on the diagonal or off it, is refused
+    with the Cholesky's error, never factorised into nan moments: the gufunc lets a nan off
+    the diagonal through, and it reaches the last pivot, which _cholesky tests."""
+    rng = np.random.default_rng(d)
+    mvn, wis = FAMILIES["MultivariateNormal"], FAMILIES["Wishart"]
+    for i, j in {(d - 1, 0), (1, 0), (0, 0), (d - 1, d - 1), (d // 2, d // 3)}:
+        b = rng.standard_normal((2, d, d))
+        A = b @ np.swapaxes(b, -1, -2) + d * np.eye(d)
+        A[1, i, j] = A[1, j, i] = np.nan
+        for fam, nat in ((mvn, (np.zeros((2, d)), -0.5 * A)), (wis, (-0.5 * A, np.full(2, 3.0)))):
+            fam.release()
+            with pytest.raises(ValueError, match="not positive definite"):
+                fam.mean_params(nat)

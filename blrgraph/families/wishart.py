@@ -88,7 +88,11 @@ def _cholesky(a):
         with np.errstate(invalid="ignore"):
             c = _lapack.cholesky_lo(a, signature="d->d")
     if a.size:
-        d = c[..., 0, 0]   # (>= 0 or nan: a few entries summed as a list, without a reduction)
+        # the last diagonal entry, >= 0 or nan: nan when the gufunc refused the matrix (it
+        # fills it with nan) and when a nan entry went through (a nan anywhere in the lower
+        # triangle reaches it: every later column's pivot reads the earlier ones); a few
+        # entries summed as a list, without a reduction
+        d = c[..., -1, -1]
         if math.isnan(sum(d.ravel().tolist())) if d.size <= 64 else np.isnan(d).any():
             raise np.linalg.LinAlgError("Matrix is not positive definite")
     return c
