@@ -741,8 +741,8 @@ def test_spd_small_closed_form_2x2(n):
 @pytest.mark.parametrize("shape", [(3,), (2, 2), ()])
 def test_spd_few_potrf_potri_in_place(shape):
     """A few D >= 8 matrices (families.wishart._spd_inv_logdet_few: LAPACK's potrf and potri
-    on each, in place): A^-1 and log|A| equal the gufunc Cholesky's path to rounding, A^-1
-    exactly symmetric; a stack with a matrix that is not PD or not finite is left to the
+    on each, in place): A^-1 equals the gufunc Cholesky's path to rounding and is exactly
+    symmetric, log|A| equals it to the bit (the same lower factor); a stack with a matrix that is not PD or not finite is left to the
     Cholesky (None), so a q outside the natural parameter space is refused naming the node;
     q's samples (c formed then) are the same numbers as from the gufunc's factor."""
     from blrgraph.families.wishart import (_spd_inv_logdet_few, _cholesky, _spd_inv,
@@ -757,7 +757,7 @@ def test_spd_few_potrf_potri_in_place(shape):
     ref = _spd_inv(c)
     assert inv.shape == A.shape and np.shape(ld) == shape
     assert np.max(np.abs(inv - ref)) < 1e-15 * np.max(np.abs(ref)) * d
-    np.testing.assert_allclose(ld, _chol_logdet(c), rtol=1e-14)
+    assert np.array_equal(ld, _chol_logdet(c))   # (the same factor: lower potrf, as numpy)
     assert np.array_equal(inv, np.swapaxes(inv, -1, -2))
     inv_w, ld_w = _spd_inv_logdet_few(A, -2.0)
     assert np.array_equal(inv_w, inv) and np.array_equal(ld_w, -ld)
@@ -766,6 +766,8 @@ def test_spd_few_potrf_potri_in_place(shape):
         B[(0,) * len(shape) + (4, 4)] = bad
         assert _spd_inv_logdet_few(B) is None
     assert _spd_inv_logdet_few(A[..., :7, :7]) is None   # (D < POTRI_MIN_D: the gufuncs)
+    many = np.broadcast_to(A.reshape((-1, d, d))[0], (9, d, d)).copy()
+    assert _spd_inv_logdet_few(many) is None   # (> FEW_MAX_COUNT matrices: the gufuncs)
     wis = FAMILIES["Wishart"]
     nat = wis.natural_from_params(np.full(shape, d + 3.0), inv)
     assert wis._unpack(nat)[4] is None   # (c formed when sampling)
@@ -776,3 +778,20 @@ def test_spd_few_potrf_potri_in_place(shape):
     s1 = wis.sample(nat, rng=5, size=3)
     wis.release()
     assert s1.shape == (3,) + shape + (d, d) and np.all(np.isfinite(s1))
+
+
+@pytest.mark.parametrize("d", [2, 3, 8, 13])
+def test_nan_anywhere_in_a_precision_is_refused(d):
+    """A nan entry of q's precision (or inverse scale), on the diagonal or off it, is refused
+    with the Cholesky's error, never factorised into nan moments: the gufunc lets a nan off
+    the diagonal through, and it reaches the last pivot, which _cholesky tests."""
+    rng = np.random.default_rng(d)
+    mvn, wis = FAMILIES["MultivariateNormal"], FAMILIES["Wishart"]
+    for i, j in {(d - 1, 0), (1, 0), (0, 0), (d - 1, d - 1), (d // 2, d // 3)}:
+        b = rng.standard_normal((2, d, d))
+        A = b @ np.swapaxes(b, -1, -2) + d * np.eye(d)
+        A[1, i, j] = A[1, j, i] = np.nan
+        for fam, nat in ((mvn, (np.zeros((2, d)), -0.5 * A)), (wis, (-0.5 * A, np.full(2, 3.0)))):
+            fam.release()
+            with pytest.raises(ValueError, match="not positive definite"):
+                fam.mean_params(nat)

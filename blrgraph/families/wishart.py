@@ -88,7 +88,11 @@ def _cholesky(a):
         with np.errstate(invalid="ignore"):
             c = _lapack.cholesky_lo(a, signature="d->d")
     if a.size:
-        d = c[..., 0, 0]   # (>= 0 or nan: a few entries summed as a list, without a reduction)
+        # the last diagonal entry, >= 0 or nan: nan when the gufunc refused the matrix (it
+        # fills it with nan) and when a nan entry went through (a nan anywhere in the lower
+        # triangle reaches it: every later column's pivot reads the earlier ones); a few
+        # entries summed as a list, without a reduction
+        d = c[..., -1, -1]
         if math.isnan(sum(d.ravel().tolist())) if d.size <= 64 else np.isnan(d).any():
             raise np.linalg.LinAlgError("Matrix is not positive definite")
     return c
@@ -175,19 +179,29 @@ except ImportError:   # pragma: no cover
     _dpotrf = None
 
 
+#: Most matrices :func:`_spd_inv_logdet_few` takes (two f2py calls each): above about ten,
+#: the Cholesky gufunc on the stack and :func:`_spd_inv` cost less (docs/benchmarks.md
+#: §12.23: 10 x (8 x 8) 1.09x, 64 x (8 x 8) 1.54x the time of that path)
+FEW_MAX_COUNT = 8
+
+_MIRROR_UP = {}   # {D: for each flat (i, j), the flat index of its entry in the upper triangle}
+
+
 def _spd_inv_logdet_few(a, scale=2.0):
-    """(A^{-1} exactly symmetric, ``scale``/2 log|A|) of a float64 stack of a few exactly
-    symmetric D x D matrices, D >= ``POTRI_MIN_D``, by LAPACK's potrf and potri on each in
-    place: one copy of the stack, no gufunc call (docs/benchmarks.md §12.23: for three
-    13 x 13 matrices the Cholesky gufunc and :func:`_spd_inv` take about 130k instructions
-    (the Cholesky alone 50k, most of it the gufunc's own copies and set-up), potrf and
-    potri called from here about 85k). None when the stack is not such, or a matrix is not positive definite or not
-    finite: the caller then factorises as before (and refuses such a matrix with its
-    message). The Cholesky factor itself is not kept (overwritten by the inverse)."""
+    """(A^{-1} exactly symmetric, ``scale``/2 log|A|) of a float64 stack of at most
+    ``FEW_MAX_COUNT`` exactly symmetric D x D matrices, D >= ``POTRI_MIN_D``, by LAPACK's
+    potrf and potri on each in place: one copy of the stack, no gufunc call
+    (docs/benchmarks.md §12.23: for three 13 x 13 matrices the Cholesky gufunc and
+    :func:`_spd_inv` take about 130k instructions, the Cholesky alone 50k, most of it the
+    gufunc's copies and set-up). potrf runs on the lower triangle, as numpy's Cholesky
+    does: the same factor to the bit, so a matrix is accepted or refused as by that path.
+    None when the stack is not such, or a matrix is not positive definite or not finite:
+    the caller then factorises as before (and refuses such a matrix with its message).
+    The Cholesky factor itself is not kept (overwritten by the inverse)."""
     d = a.shape[-1]
     n = a.size // (d * d) if d else 0
     if _dpotrf is None or _dpotri is None or d < POTRI_MIN_D or \
-            not 0 < n <= POTRI_MAX_COUNT or type(a) is not np.ndarray or \
+            not 0 < n <= FEW_MAX_COUNT or type(a) is not np.ndarray or \
             a.dtype != np.float64 or a.shape[-2] != d:
         return None
     flat = a.ndim != 3   # (a stack (n, d, d) as it is: no reshapes)
@@ -195,26 +209,26 @@ def _spd_inv_logdet_few(a, scale=2.0):
     if flat:
         buf = buf.reshape(n, d, d)
     for k in range(n):
-        ak = buf[k].T   # A_k itself in Fortran order (symmetric): U^T U = A_k in its upper
-        c, info = _dpotrf(ak, 0, 0, 1)   # triangle, i.e. c = U^T in buf[k]'s lower one
+        ak = buf[k].T   # A_k itself in Fortran order (symmetric): L L^T = A_k in its lower
+        c, info = _dpotrf(ak, 1, 0, 1)   # triangle, i.e. L^T in buf[k]'s upper one
         if info:   # not positive definite: the caller's Cholesky refuses it
             return None
         if c is not ak:   # pragma: no cover (a build that copied)
             ak[...] = c
     logdet = _chol_logdet(buf, scale)
-    if not math.isfinite(sum(logdet.tolist()) if n <= 64 else _sum(logdet)):
+    if not math.isfinite(sum(logdet.tolist())):
         return None   # (a NaN or an infinity: the caller's Cholesky, as before)
     for k in range(n):
-        ck = buf[k].T
-        inv, info = _dpotri(ck, 0, 1)   # as in _spd_inv: uplo U of c^T
-        if info:   # pragma: no cover (c has a positive diagonal: never singular)
+        ak = buf[k].T
+        inv, info = _dpotri(ak, 1, 1)   # A_k^{-1} in the lower triangle of ak
+        if info:   # pragma: no cover (L has a positive diagonal: never singular)
             return None
-        if inv is not ck:   # pragma: no cover (a build that copied)
-            ck[...] = inv
-    idx = _MIRROR.get(d)
-    if idx is None:
+        if inv is not ak:   # pragma: no cover (a build that copied)
+            ak[...] = inv
+    idx = _MIRROR_UP.get(d)
+    if idx is None:   # (the flat index of (min(i, j), max(i, j)) for each (i, j))
         i, j = np.indices((d, d))
-        idx = _MIRROR[d] = (np.maximum(i, j) * d + np.minimum(i, j)).ravel()
+        idx = _MIRROR_UP[d] = (np.minimum(i, j) * d + np.maximum(i, j)).ravel()
     inv = buf.reshape(n, d * d).take(idx, axis=1)
     return inv.reshape(a.shape), (logdet.reshape(a.shape[:-2]) if flat else logdet)
 
