@@ -29,7 +29,7 @@ from scipy import stats
 from scipy.special import entr, log_softmax, rel_entr, softmax
 
 from .. import rowsplit
-from .base import ExponentialFamily, einsum
+from .base import ExponentialFamily, _fsum, einsum
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
 
@@ -175,6 +175,11 @@ class Categorical(ExponentialFamily):
 
     def log_partition(self, nat):
         return self._lse_and_p(nat)[0]   # (the softmax's, kept with the moments)
+
+    def log_partition_total(self, nat):
+        """A(lam) summed over the plate entries, a float (the compiled sweep's ELBO term:
+        ``_fsum(log_partition(nat))``, the log-sum-exps kept with the moments)."""
+        return _fsum(self._lse_and_p(nat)[0])
 
     def mean_params(self, nat):
         return (self._p(nat),)

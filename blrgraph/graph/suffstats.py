@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import rowsplit
-from ..families.base import above
+from ..families.base import _F8, above
 
 #: Largest Phi (entries x P x 8 bytes) kept per observed node. Larger data keep the first
 #: rows that fit and rebuild the rest in chunks of ``_STREAM_ROWS`` rows when needed.
@@ -97,7 +97,7 @@ class Layout:
         out = np.zeros(lead + (self.P,))
         for (j, sl, iu), a in zip(self.blocks, nat):
             shape = lead + self.shapes[j]
-            if type(a) is not np.ndarray or a.dtype != float or a.shape != shape:
+            if type(a) is not np.ndarray or a.dtype != _F8 or a.shape != shape:
                 a = np.broadcast_to(np.asarray(a, dtype=float), shape)
             if iu is not None:   # (a_ij + a_ji), halved on the diagonal
                 ij, ji, half, _ = self._sym_index[j]
@@ -106,7 +106,7 @@ class Layout:
                 t += a.take(ji, axis=-1)
                 np.multiply(t, half, out=out[..., sl])
             else:
-                out[..., sl] = a.reshape(tuple(lead) + (-1,))
+                out[..., sl] = a.reshape(lead + (-1,))
         return out
 
     def means(self, S, plates):
@@ -215,7 +215,12 @@ class FlatStats:
         """Phi @ M, (entries, m), for M (P, m): computed as (M^T Phi^T)^T, the kept rows being
         stored transposed (the product with a few columns runs twice as fast that way), so
         the result is the transpose of a C-ordered (m, entries) array."""
-        Mt = np.ascontiguousarray(M.T)
+        return self.dot_rows(np.ascontiguousarray(M.T))
+
+    def dot_rows(self, Mt):
+        """Phi @ Mt^T, (entries, m), for C-ordered coefficients ``Mt`` (m, P), one row per
+        column of the result (:meth:`dot` of ``Mt.T``; a mixture's (K, P) coefficients as
+        they are made)."""
         if self.Phi is not None:
             blocks = rowsplit.active(self.E)
             if blocks is None:
@@ -223,10 +228,10 @@ class FlatStats:
                 if m <= MATVEC_MAX_COLS and self._headT.size <= MATVEC_MAX_SIZE:
                     return np.matmul(Mt[:, None, :], self._headT).reshape(m, self.E).T
                 return (Mt @ self._headT).T
-            out = np.empty((M.shape[1], self.E))   # rows over the cores (rowsplit.py)
+            out = np.empty((Mt.shape[0], self.E))   # rows over the cores (rowsplit.py)
             blocks.run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]))
             return out.T
-        out = np.empty((M.shape[1], self.E))
+        out = np.empty((Mt.shape[0], self.E))
         for a, b, blk in self.blocks():
             np.matmul(Mt, blk.T, out=out[:, a:b])
         return out.T
