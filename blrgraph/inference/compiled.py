@@ -146,10 +146,12 @@ def _moving_target(node, total):
         if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
                 (a.shape == shape[len(shape) - a.ndim:] or
                  all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1]))):
+            if 0 in a.strides:
+                a = compact(a)
             if 0 not in m.strides:
-                out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+                out.append(rowsplit.add(a, m))   # (rows over the cores)
             else:   # one matrix for every entry (the loadings' precision): one sum
-                out.append(_spread_to(compact(a) + _compact(m), shape))
+                out.append(_spread_to(a + _compact(m), shape))
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
     if len(lam0) == len(out):

@@ -5,6 +5,7 @@ parameters; any conjugate factor can be the component.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -363,7 +364,7 @@ class MixtureFactor(Conditional):
         refs = (x.value,) + tuple(ucomp)
         cached = self._ll_cache
         if cached is not None and len(cached[0]) == len(refs) and \
-                all(a is b for a, b in zip(cached[0], refs)):
+                all(map(operator.is_, cached[0], refs)):
             return cached[1]
         ll = fs.dot_rows(self._coef_one(fs, ucomp))
         if len(x.plates) != 1:
