@@ -158,11 +158,13 @@ class Categorical(ExponentialFamily):
             lse = np.asarray(c + np.log(np.where(low, 1.0, s)))
             with np.errstate(divide="ignore"):   # a row of -inf only: no category possible
                 lse[low] = m + np.log(se)
+        elif safe and s.ndim:   # (the common case: s is not needed past p, its log is lse)
+            p /= s[..., None]
+            lse = np.log(s, s)
+            lse += c
+            return lse, p
         else:
             lse = c + np.log(s)
-        if safe:
-            p /= s[..., None]
-            return lse, p
         with np.errstate(invalid="ignore", divide="ignore"):
             p /= s[..., None]
         return lse, p
