@@ -321,6 +321,37 @@ def test_mvn_log_partition_total_is_the_sum_of_log_partition():
         assert fam.log_partition_total(nat) == pytest.approx(want, rel=1e-14, abs=1e-13)
 
 
+def test_dirichlet_and_categorical_log_partition_totals_are_the_sums_of_log_partition():
+    """Dirichlet.log_partition_total and Categorical.log_partition_total (the ELBO terms of
+    a mixture's weights and assignments) give the number of _fsum(log_partition) exactly,
+    with and without plates, against scipy's closed forms; the Dirichlet's kept alpha and
+    alpha_0 follow a new q (a new array with other numbers) and its moments are scipy's
+    digamma differences."""
+    from scipy.special import digamma, gammaln, logsumexp
+    from blrgraph.families.base import _fsum
+    from blrgraph.families.categorical import Categorical
+    from blrgraph.families.dirichlet import Dirichlet
+    rng = np.random.default_rng(5)
+    fam = Dirichlet()
+    for shape in ((4,), (3, 4)):
+        for _ in range(2):   # (a second q: the kept sums must follow it)
+            al = rng.gamma(2.0, size=shape) + 0.1
+            nat = fam.natural_from_params(al)
+            want = np.sum(gammaln(al), axis=-1) - gammaln(np.sum(al, axis=-1))
+            assert fam.log_partition_total(nat) == _fsum(fam.log_partition(nat))
+            assert fam.log_partition_total(nat) == pytest.approx(float(np.sum(want)), rel=1e-14)
+            np.testing.assert_allclose(fam.mean_params(nat)[0],
+                                       digamma(al) - digamma(al.sum(-1, keepdims=True)),
+                                       rtol=1e-14, atol=1e-14)
+    cat = Categorical()
+    for shape in ((5,), (200, 3), (4, 6, 3)):
+        eta = rng.normal(size=shape) * 3
+        nat = (eta,)
+        assert cat.log_partition_total(nat) == _fsum(cat.log_partition(nat))
+        assert cat.log_partition_total(nat) == pytest.approx(
+            float(np.sum(logsumexp(eta, axis=-1))), rel=1e-13)
+
+
 def test_small_sums_give_numpys_nan_and_inf():
     """families.base._fsum (the ELBO terms' small sums): inf - inf and an overflow give
     numpy's nan and inf, for the sweep's non-finite check to name the node, not a

@@ -298,6 +298,28 @@ def test_layout_inner_products_and_round_trip(d, n, seed):
         np.testing.assert_allclose(ll, direct, rtol=1e-12, atol=1e-12)
 
 
+def test_flat_coefficients_of_a_matrix_statistic_are_exact():
+    """A matrix statistic's coefficients on the kept upper triangle are a_ij + a_ji off
+    the diagonal and a_ii on it, to the last bit, for a non-symmetric a; column 0 is
+    log h - E[A]; with column 0 given (``head``) the same numbers as the zeros it
+    leaves."""
+    d, K = 4, 3
+    r = np.random.default_rng(7)
+    fs = FlatStats(MultivariateNormal(), r.normal(size=(6, d)), (6,))
+    lay = fs.layout
+    nat = (r.normal(size=(K, d)), r.normal(size=(K, d, d)))
+    elp = r.normal(size=K)
+    coef = fs.coefficients(nat, elp, (K,))
+    iu = np.triu_indices(d)
+    a = nat[1]
+    want = np.where(iu[0] == iu[1], a[:, iu[0], iu[1]], a[:, iu[0], iu[1]] + a[:, iu[1], iu[0]])
+    assert np.array_equal(coef[:, 1 + d:], want)
+    assert np.array_equal(coef[:, 1:1 + d], nat[0])
+    assert np.array_equal(coef[:, 0], fs.logh_value - elp)
+    bare = lay.flatten_natural(nat, (K,))
+    assert np.array_equal(bare[:, 0], np.zeros(K)) and np.array_equal(bare[:, 1:], coef[:, 1:])
+
+
 def test_layout_stores_the_upper_triangle_only():
     lay = Layout(MultivariateNormal(), [(4,), (4, 4)], has_logh=False)
     assert lay.P == 1 + 4 + 10

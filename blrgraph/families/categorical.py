@@ -29,7 +29,7 @@ from scipy import stats
 from scipy.special import entr, log_softmax, rel_entr, softmax
 
 from .. import rowsplit
-from .base import ExponentialFamily, einsum
+from .base import _F8, ExponentialFamily, _fsum, einsum
 from ._scalar_helpers import as_nat, check_simplex, draw_shape, frozen, get_rng
 
 
@@ -132,7 +132,8 @@ class Categorical(ExponentialFamily):
         """(log sum_k e^lam_k, p) with one shift for the whole array (a contiguous max)
         instead of a max per row; rows lying so far below the shift that their sum
         underflows are redone with their own max. One entries x K array is allocated."""
-        eta = np.asarray(eta, dtype=float)
+        if type(eta) is not np.ndarray or eta.dtype != _F8:
+            eta = np.asarray(eta, dtype=float)
         if eta.size == 0:
             return np.zeros(eta.shape[:-1]), np.zeros(eta.shape)
         c = float(np.maximum.reduce(eta, axis=None))
@@ -141,7 +142,9 @@ class Categorical(ExponentialFamily):
             c = 0.0
         p = np.subtract(eta, c)
         np.exp(p, out=p)
-        s = np.asarray(einsum("...k->...", p))
+        s = einsum("...k->...", p)
+        if type(s) is not np.ndarray:   # (one row: a number)
+            s = np.asarray(s)
         if np.fmin.reduce(s, axis=None) < 1e-280:   # far below the shift: exact per-row lse there
             low = s < 1e-280
             safe = False
@@ -155,11 +158,13 @@ class Categorical(ExponentialFamily):
             lse = np.asarray(c + np.log(np.where(low, 1.0, s)))
             with np.errstate(divide="ignore"):   # a row of -inf only: no category possible
                 lse[low] = m + np.log(se)
+        elif safe and s.ndim:   # (the common case: s is not needed past p, its log is lse)
+            p /= s[..., None]
+            lse = np.log(s, s)
+            lse += c
+            return lse, p
         else:
             lse = c + np.log(s)
-        if safe:
-            p /= s[..., None]
-            return lse, p
         with np.errstate(invalid="ignore", divide="ignore"):
             p /= s[..., None]
         return lse, p
@@ -175,6 +180,11 @@ class Categorical(ExponentialFamily):
 
     def log_partition(self, nat):
         return self._lse_and_p(nat)[0]   # (the softmax's, kept with the moments)
+
+    def log_partition_total(self, nat):
+        """A(lam) summed over the plate entries, a float (the compiled sweep's ELBO term:
+        ``_fsum(log_partition(nat))``, the log-sum-exps kept with the moments)."""
+        return _fsum(self._lse_and_p(nat)[0])
 
     def mean_params(self, nat):
         return (self._p(nat),)

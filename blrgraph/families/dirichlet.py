@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import digamma, gammaln, log_softmax
 
-from .base import ExponentialFamily
+from .base import ExponentialFamily, _fsum
 from ._scalar_helpers import (as_nat, check_positive, draw_shape, frozen, get_rng, label,
                               simplex_mode)
 
@@ -67,17 +67,49 @@ class Dirichlet(ExponentialFamily):
         (l1,) = as_nat(nat, 1)
         return l1 + 1.0
 
+    def _alpha_sum(self, nat):
+        """(alpha, alpha_0 with its last axis kept) of ``nat``, the last pair kept (keyed on
+        the array's identity: natural parameters are replaced, never modified in place),
+        so that the moments and the log-partition of one q share them (a sweep reads
+        both)."""
+        (l1,) = as_nat(nat, 1)
+        memo = self.__dict__.get("_sum_memo")
+        if memo is not None and memo[0] is l1:
+            return memo[1], memo[2]
+        al = l1 + 1.0
+        a0 = np.add.reduce(al, axis=-1, keepdims=True)
+        self._sum_memo = (l1, al, a0)
+        return al, a0
+
+    def release(self):
+        """Forget the last q's alpha and alpha_0 (a fit has ended)."""
+        self.__dict__.pop("_sum_memo", None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_sum_memo", None)   # (a work memo, not part of the family)
+        return state
+
     # ---- exponential-family functions -------------------------------------
     def suff_stats(self, x):
         return (np.log(np.asarray(x, dtype=float)),)
 
     def log_partition(self, nat):
-        al = self._alpha(nat)
-        return np.add.reduce(gammaln(al), axis=-1) - gammaln(np.add.reduce(al, axis=-1))
+        al, a0 = self._alpha_sum(nat)
+        return np.add.reduce(gammaln(al), axis=-1) - gammaln(a0[..., 0])
+
+    def log_partition_total(self, nat):
+        """A(lam) summed over the plate entries, a float (the compiled sweep's ELBO term);
+        for one vector of alpha its two pieces as Python floats (the numbers of
+        ``_fsum(log_partition(nat))``)."""
+        al, a0 = self._alpha_sum(nat)
+        if al.ndim == 1:
+            return float(np.add.reduce(gammaln(al), axis=None)) - float(gammaln(a0)[0])
+        return _fsum(self.log_partition(nat))
 
     def mean_params(self, nat):
-        al = self._alpha(nat)
-        return (digamma(al) - digamma(np.add.reduce(al, axis=-1, keepdims=True)),)
+        al, a0 = self._alpha_sum(nat)
+        return (digamma(al) - digamma(a0),)
 
     def entropy(self, nat):
         al = self._alpha(nat)

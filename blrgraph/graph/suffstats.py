@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import rowsplit
-from ..families.base import above
+from ..families.base import _F8, above
 
 #: Largest Phi (entries x P x 8 bytes) kept per observed node. Larger data keep the first
 #: rows that fit and rebuild the rest in chunks of ``_STREAM_ROWS`` rows when needed.
@@ -70,8 +70,8 @@ class Layout:
         self.shapes = [tuple(s) for s in shapes]        # event shape of each statistic
         sym = set(family.symmetric_stats)
         self.blocks = []
-        self._sym_index = {}   # symmetric block j: flat (i, j), (j, i) of the upper triangle,
-        # the halving of its diagonal, and each flat (i, j)'s column in the triangle
+        self._sym_index = {}   # symmetric block j: flat (i, j) of the upper triangle, the
+        # halving of the diagonal (d, d), and each flat (i, j)'s column in the triangle
         col = 2 if has_logh else 1
         for j, s in enumerate(self.shapes):
             if j in sym and len(s) == 2 and s[0] == s[1]:
@@ -81,8 +81,9 @@ class Layout:
                 d = s[0]
                 col_of = np.empty((d, d), dtype=np.intp)   # the column of each (i, j)
                 col_of[iu] = col_of[iu[1], iu[0]] = np.arange(n)
-                self._sym_index[j] = (iu[0] * d + iu[1], iu[1] * d + iu[0],
-                                      np.where(iu[0] == iu[1], 0.5, 1.0), col_of.ravel())
+                halves = np.ones((d, d))
+                halves[np.diag_indices(d)] = 0.5
+                self._sym_index[j] = (iu[0] * d + iu[1], halves, col_of.ravel())
             else:
                 n = int(np.prod(s, dtype=int))
                 self.blocks.append((j, slice(col, col + n), None))
@@ -90,24 +91,32 @@ class Layout:
         self.has_logh = has_logh
         self.P = col
 
-    def flatten_natural(self, nat, lead):
+    def flatten_natural(self, nat, lead, head=None):
         """Natural parameters with plates ``lead`` (e.g. (K,)) as (lead..., P) coefficients
-        of Phi's statistic columns (column 0 and log h are left for the caller)."""
+        of Phi's statistic columns (column 0 and log h are left for the caller, zeros; or
+        ``head``, lead + (1,): column 0 when there is no log h column, the whole joined
+        by one concatenation)."""
         lead = tuple(lead)
-        out = np.zeros(lead + (self.P,))
+        out = np.zeros(lead + (self.P,)) if head is None else None
+        parts = [head]
         for (j, sl, iu), a in zip(self.blocks, nat):
             shape = lead + self.shapes[j]
-            if type(a) is not np.ndarray or a.dtype != float or a.shape != shape:
+            if type(a) is not np.ndarray or a.dtype != _F8 or a.shape != shape:
                 a = np.broadcast_to(np.asarray(a, dtype=float), shape)
-            if iu is not None:   # (a_ij + a_ji), halved on the diagonal
-                ij, ji, half, _ = self._sym_index[j]
-                a = a.reshape(lead + (-1,))
-                t = a.take(ij, axis=-1)
-                t += a.take(ji, axis=-1)
-                np.multiply(t, half, out=out[..., sl])
+            if iu is not None:   # (a_ij + a_ji), halved on the diagonal, of the triangle
+                ij, halves, _ = self._sym_index[j]
+                t = a + a.swapaxes(-1, -2)
+                t *= halves
+                t = t.reshape(lead + (-1,))
+                if out is None:
+                    parts.append(t.take(ij, axis=-1))
+                else:
+                    t.take(ij, axis=-1, out=out[..., sl])
+            elif out is None:
+                parts.append(a.reshape(lead + (-1,)))
             else:
-                out[..., sl] = a.reshape(tuple(lead) + (-1,))
-        return out
+                out[..., sl] = a.reshape(lead + (-1,))
+        return out if out is not None else np.concatenate(parts, axis=-1)
 
     def means(self, S, plates):
         """Weighted sums S (rows, P) -> (totals, moment tuple of weighted means), with the
@@ -129,7 +138,7 @@ class Layout:
         for j, sl, iu in self.blocks:
             block = S[:, sl]
             if iu is not None:   # the triangle read back into both halves
-                block = block.take(self._sym_index[j][3], axis=1)
+                block = block.take(self._sym_index[j][2], axis=1)
             out.append(block.reshape(lead + self.shapes[j]))
         return tuple(out)
 
@@ -215,7 +224,12 @@ class FlatStats:
         """Phi @ M, (entries, m), for M (P, m): computed as (M^T Phi^T)^T, the kept rows being
         stored transposed (the product with a few columns runs twice as fast that way), so
         the result is the transpose of a C-ordered (m, entries) array."""
-        Mt = np.ascontiguousarray(M.T)
+        return self.dot_rows(np.ascontiguousarray(M.T))
+
+    def dot_rows(self, Mt):
+        """Phi @ Mt^T, (entries, m), for C-ordered coefficients ``Mt`` (m, P), one row per
+        column of the result (:meth:`dot` of ``Mt.T``; a mixture's (K, P) coefficients as
+        they are made)."""
         if self.Phi is not None:
             blocks = rowsplit.active(self.E)
             if blocks is None:
@@ -223,10 +237,10 @@ class FlatStats:
                 if m <= MATVEC_MAX_COLS and self._headT.size <= MATVEC_MAX_SIZE:
                     return np.matmul(Mt[:, None, :], self._headT).reshape(m, self.E).T
                 return (Mt @ self._headT).T
-            out = np.empty((M.shape[1], self.E))   # rows over the cores (rowsplit.py)
+            out = np.empty((Mt.shape[0], self.E))   # rows over the cores (rowsplit.py)
             blocks.run(lambda a, b: np.matmul(Mt, self._headT[:, a:b], out=out[:, a:b]))
             return out.T
-        out = np.empty((M.shape[1], self.E))
+        out = np.empty((Mt.shape[0], self.E))
         for a, b, blk in self.blocks():
             np.matmul(Mt, blk.T, out=out[:, a:b])
         return out.T
@@ -318,10 +332,13 @@ class FlatStats:
     def coefficients(self, nat, elp, lead):
         """Coefficients of Phi's columns, shape lead + (P,), from E[eta] and E[A] with plates
         ``lead`` (e.g. (K,)): E[log p(x_n | theta)] = Phi[n] @ coefficients."""
+        if not self.layout.has_logh:   # log h - E[A] (the same number as -E[A] + log h)
+            lead = tuple(lead)
+            c0 = np.subtract(self.logh_value, elp)
+            if c0.shape != lead:
+                c0 = np.broadcast_to(c0, lead)
+            return self.layout.flatten_natural(nat, lead, c0.reshape(lead + (1,)))
         coef = self.layout.flatten_natural(nat, lead)
-        if self.layout.has_logh:
-            coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
-            coef[..., 1] = 1.0
-        else:   # log h - E[A] (the same number as -E[A] + log h)
-            np.subtract(self.logh_value, elp, out=coef[..., 0])
+        coef[..., 0] = -np.asarray(elp, dtype=float)   # (broadcast to lead on assignment)
+        coef[..., 1] = 1.0
         return coef

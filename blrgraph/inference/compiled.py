@@ -118,11 +118,14 @@ def _prior(node, broadcast=True):
     moments, broadcast to the node's plates (``broadcast=False``: as the factor gives
     them, for a sum with messages of the full shape)."""
     f = node.factor
+    lam0 = f.prior_natural([p.moments() for p in f.parents])
+    if not broadcast:
+        return tuple(a if type(a) is np.ndarray else np.asarray(a) for a in lam0)
     out = []
-    for a, k in zip(f.prior_natural([p.moments() for p in f.parents]), node.family.event_ndims):
+    for a, k in zip(lam0, node.family.event_ndims):
         a = np.asarray(a)
         shape = node.plates + a.shape[a.ndim - k:]
-        out.append(a if a.shape == shape or not broadcast else np.broadcast_to(a, shape))
+        out.append(a if a.shape == shape else np.broadcast_to(a, shape))
     return tuple(out)
 
 
@@ -130,23 +133,31 @@ def _moving_target(node, total):
     """lam0 + the messages for a node whose parents move, as :func:`~.blr.target_from`
     adds them: a message with every entry of its own plus lam0 at its compact shape,
     which for an unbroadcast lam0 is numpy's broadcasting sum (the same numbers)."""
-    lam0 = _prior(node, broadcast=total is None)
     if total is None:
-        return lam0
+        return _prior(node)
+    f = node.factor
+    lam0 = f.prior_natural([p.moments() for p in f.parents])   # (_prior's, unbroadcast)
+    plates, nd = node.plates, node.family.event_ndims
     out = []
-    for a, m, k in zip(lam0, total, node.family.event_ndims):
-        shape = node.plates + a.shape[a.ndim - k:]
+    for a, m, k in zip(lam0, total, nd):
+        if type(a) is not np.ndarray:
+            a = np.asarray(a)
+        shape = plates + a.shape[a.ndim - k:]
         if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
                 (a.shape == shape[len(shape) - a.ndim:] or
                  all(x == 1 or x == y for x, y in zip(a.shape[::-1], shape[::-1]))):
+            if 0 in a.strides:
+                a = compact(a)
             if 0 not in m.strides:
-                out.append(rowsplit.add(compact(a), m))   # (rows over the cores)
+                out.append(rowsplit.add(a, m))   # (rows over the cores)
             else:   # one matrix for every entry (the loadings' precision): one sum
-                out.append(_spread_to(compact(a) + _compact(m), shape))
+                out.append(_spread_to(a + _compact(m), shape))
         else:
             out.append(add_compact(np.broadcast_to(a, shape), m))
-    return tuple(out) + tuple(np.broadcast_to(a, node.plates + a.shape[a.ndim - k:])
-                              for a, k in zip(lam0[len(total):], node.family.event_ndims[len(total):]))
+    if len(lam0) == len(out):
+        return tuple(out)
+    return tuple(out) + tuple(np.broadcast_to(a, plates + np.shape(a)[np.ndim(a) - k:])
+                              for a, k in zip(lam0[len(total):], nd[len(total):]))
 
 
 class NodeStep:
@@ -380,12 +391,15 @@ class FusedTerm:
         self.step, self.closed, self.children, self.rests = step, closed, children, rests
 
     def __call__(self):
-        last, n = self.step.last, self.step.node
-        if last is None or n.nat[0] is not last[0]:
+        st = self.step
+        last, n = st.last, st.node
+        nat = n.nat
+        if last is None or nat[0] is not last[0]:
             return self.closed() + sum(t() for t in self.children)
         fam = n.family
-        total = (fam.log_partition_total(n.nat) if hasattr(fam, "log_partition_total") else
-                 _fsum(fam.log_partition(n.nat))) - self.closed.expected_a0()
+        lpt = getattr(fam, "log_partition_total", None)
+        total = (lpt(nat) if lpt is not None else _fsum(fam.log_partition(nat))) - \
+            self.closed.expected_a0()
         for factor, rest in self.rests:
             total += rest(_LazyMoments(factor.parents))
         return total

@@ -5,6 +5,7 @@ parameters; any conjugate factor can be the component.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -167,6 +168,13 @@ class MixtureFactor(Conditional):
         elp = _fit(comp.expected_log_partition(ucomp), n)
         return fs.coefficients(nat, elp, lead).reshape(
             (math.prod(lead[:-1]), self.K, fs.layout.P))
+
+    def _coef_one(self, fs, ucomp):
+        """:meth:`_coef` for one column entry, as (K, P) (C-ordered: ``FlatStats.dot_rows``)."""
+        comp = self.component
+        nat = [_fit(a, 1 + k) for a, k in zip(comp.prior_natural(ucomp),
+                                              self.node.family.event_ndims)]
+        return fs.coefficients(nat, _fit(comp.expected_log_partition(ucomp), 1), (self.K,))
 
     def _weighted_phi(self, fs, R, C, w):
         """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
@@ -356,9 +364,11 @@ class MixtureFactor(Conditional):
         refs = (x.value,) + tuple(ucomp)
         cached = self._ll_cache
         if cached is not None and len(cached[0]) == len(refs) and \
-                all(a is b for a, b in zip(cached[0], refs)):
+                all(map(operator.is_, cached[0], refs)):
             return cached[1]
-        ll = fs.dot(self._coef(fs, (), ucomp)[0].T).reshape(tuple(x.plates) + (self.K,))
+        ll = fs.dot_rows(self._coef_one(fs, ucomp))
+        if len(x.plates) != 1:
+            ll = ll.reshape(tuple(x.plates) + (self.K,))
         self._ll_cache = (refs, ll)
         return ll
 
