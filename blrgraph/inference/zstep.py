@@ -69,7 +69,7 @@ class ZStep(NodeStep):
         if off.size != K:   # a prior with its own rows: NodeStep's sum
             return NodeStep.step(self, it)
         # (a copy: its column 0 is written next)
-        Mt = np.array(mix._coef(fs, (), [p.moments() for p in mix.parents[1:]])[0])
+        Mt = np.array(mix._coef_lead(fs, [p.moments() for p in mix.parents[1:]]))
         Mt[:, 0] += off.reshape(K)   # (Phi's column 0 is 1: E[log pi] enters lam there)
         arrays = self._arrays(Mt.shape[0], fs.E)
         lam, lse, p, S, counts, bounded = fs.softmax_pass(Mt, arrays)

@@ -161,20 +161,16 @@ class MixtureFactor(Conditional):
 
     def _coef(self, fs, cols, ucomp):
         """Coefficients of Phi's columns for every (column entry, component): (C, K, P)."""
+        return self._coef_lead(fs, ucomp, cols).reshape((math.prod(cols), self.K, fs.layout.P))
+
+    def _coef_lead(self, fs, ucomp, cols=()):
+        """The coefficients with their lead axes, (cols..., K, P), C-ordered (for one column
+        entry the (K, P) rows that ``FlatStats.dot_rows`` takes)."""
         lead = tuple(cols) + (self.K,)
         comp, n = self.component, len(lead)
         nat = [_fit(a, n + k) for a, k in zip(comp.prior_natural(ucomp),
                                               self.node.family.event_ndims)]
-        elp = _fit(comp.expected_log_partition(ucomp), n)
-        return fs.coefficients(nat, elp, lead).reshape(
-            (math.prod(lead[:-1]), self.K, fs.layout.P))
-
-    def _coef_one(self, fs, ucomp):
-        """:meth:`_coef` for one column entry, as (K, P) (C-ordered: ``FlatStats.dot_rows``)."""
-        comp = self.component
-        nat = [_fit(a, 1 + k) for a, k in zip(comp.prior_natural(ucomp),
-                                              self.node.family.event_ndims)]
-        return fs.coefficients(nat, _fit(comp.expected_log_partition(ucomp), 1), (self.K,))
+        return fs.coefficients(nat, _fit(comp.expected_log_partition(ucomp), n), lead)
 
     def _weighted_phi(self, fs, R, C, w):
         """Phi as (R, C P) with each column entry's block multiplied by its weight (masks,
@@ -247,7 +243,7 @@ class MixtureFactor(Conditional):
         plan = None if r is None else self._flat(x, r, ucomp)
         if plan is not None and plan[2] == 1:   # one product with the statistics matrix
             fs = plan[0]
-            ll = fs.dot(self._coef(fs, (), ucomp)[0].T)
+            ll = fs.dot(self._coef_lead(fs, ucomp).T)
             ll = ll.reshape(tuple(x.plates) + (self.K,))
         else:
             xe, H = self.component.complete(x.expand(self.node.family.event_ndims), ucomp)
@@ -366,7 +362,7 @@ class MixtureFactor(Conditional):
         if cached is not None and len(cached[0]) == len(refs) and \
                 all(map(operator.is_, cached[0], refs)):
             return cached[1]
-        ll = fs.dot_rows(self._coef_one(fs, ucomp))
+        ll = fs.dot_rows(self._coef_lead(fs, ucomp))
         if len(x.plates) != 1:
             ll = ll.reshape(tuple(x.plates) + (self.K,))
         self._ll_cache = (refs, ll)
