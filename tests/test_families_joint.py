@@ -204,7 +204,7 @@ def test_entropy_mvn_and_wishart_match_scipy(d):
 
 @pytest.mark.parametrize("plates,d", [((3,), 2), ((3,), 13), ((), 9), ((2, 2), 8), ((300,), 8)])
 def test_moments_of_larger_matrices_match_numpy_inverses(plates, d):
-    """The SPD inverses of a q's factorisation (families.wishart._spd_inv: LAPACK's potri
+    """The SPD inverses of a q's factorisation (families._spd._spd_inv: LAPACK's potri
     matrix by matrix for D >= 8 and a few matrices, else the batched c^-T c^-1): Sigma and
     E[L] = nu W equal numpy's inverses, exactly symmetric; sampling reads c^-1 from c."""
     rng = np.random.default_rng(d)
@@ -697,11 +697,11 @@ def test_mvn_sample_of_a_shared_precision_equals_the_per_entry_one():
 
 @pytest.mark.parametrize("n", [1, 10, 100])
 def test_spd_small_closed_form_2x2(n):
-    """D = 2 factorisations in closed form (families.wishart._spd_small): A^-1 and log|A|
+    """D = 2 factorisations in closed form (families._spd._spd_small): A^-1 and log|A|
     equal LAPACK's (Cholesky, its inverse and diagonal) to rounding, A^-1 exactly
     symmetric; any stack that is not PD and finite is left to the Cholesky (None), which
     refuses it as before; q's moments and samples read the same numbers as LAPACK's path."""
-    from blrgraph.families.wishart import _spd_small, _cholesky, _inv_from_chol, _chol_logdet
+    from blrgraph.families._spd import _spd_small, _cholesky, _inv_from_chol, _chol_logdet
     rng = np.random.default_rng(n)
     b = rng.standard_normal((n, 2, 2))
     A = b @ np.swapaxes(b, -1, -2) + 0.5 * np.eye(2)
@@ -740,13 +740,13 @@ def test_spd_small_closed_form_2x2(n):
 
 @pytest.mark.parametrize("shape", [(3,), (2, 2), ()])
 def test_spd_few_potrf_potri_in_place(shape):
-    """A few D >= 8 matrices (families.wishart._spd_inv_logdet_few: LAPACK's potrf and potri
+    """A few D >= 8 matrices (families._spd._spd_inv_logdet_few: LAPACK's potrf and potri
     on each, in place): A^-1 equals the gufunc Cholesky's path to rounding and is exactly
-    symmetric, log|A| equals it to the bit (the same lower factor); a stack with a matrix that is not PD or not finite is left to the
-    Cholesky (None), so a q outside the natural parameter space is refused naming the node;
-    q's samples (c formed then) are the same numbers as from the gufunc's factor."""
-    from blrgraph.families.wishart import (_spd_inv_logdet_few, _cholesky, _spd_inv,
-                                           _chol_logdet)
+    symmetric, log|A| equals it to the bit (the same lower factor); a stack with a matrix
+    that is not PD or not finite is left to the Cholesky (None), so a q outside the natural
+    parameter space is refused naming the node; q's samples (c formed then) are the same
+    numbers as from the gufunc's factor."""
+    from blrgraph.families._spd import _spd_inv_logdet_few, _cholesky, _spd_inv, _chol_logdet
     rng = np.random.default_rng(13)
     d = 13
     b = rng.standard_normal(shape + (d, d))

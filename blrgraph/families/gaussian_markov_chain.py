@@ -36,7 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from .base import ExponentialFamily, broadcast_nat, object_array
-from .wishart import LOG2PI, _matvec, _outer, _rng, _size_tuple, _sym
+from ._spd import _sym
+from .wishart import LOG2PI, _matvec, _outer, _rng, _size_tuple
 
 
 class GaussianMarkovChain(ExponentialFamily):

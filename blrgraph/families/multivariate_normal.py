@@ -22,10 +22,10 @@ import numpy as np
 
 from .base import (ExponentialFamily, UnpackMemo, _fsum, broadcast_nat, check_spd, einsum,
                    object_array, vdot)
-from .wishart import (LOG2PI, _check_broadcast, _chol, _chol_inv_factor, _chol_logdet,
-                      _inv_from_chol, _matvec, _outer, _prefix, _quad, _rng, _size_tuple,
-                      _spd_inv, _spd_inv_logdet_few, _spd_small, _sym, _sym_m2, _trace_prod,
-                      SMALL_D)
+from ._spd import (_chol, _chol_inv_factor, _chol_logdet, _inv_from_chol, _spd_factor,
+                   _spd_inv, _sym, _sym_m2)
+from .wishart import (LOG2PI, _check_broadcast, _matvec, _outer, _prefix, _quad, _rng,
+                      _size_tuple, _trace_prod)
 
 
 class MultivariateNormal(UnpackMemo, ExponentialFamily):
@@ -126,31 +126,23 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         precision = np.broadcast_to(precision, plates + (d, d))
         return _matvec(precision, mean), -0.5 * precision
 
-    # _unpack(nat) -> (m, L, Sigma, log|L|, c) with c c^T = L (None when factorised by
-    # _spd_small or _spd_inv_logdet_few: formed when sampling), read-only (UnpackMemo: the
-    # last q is remembered). When every plate entry has the same precision (the scores of
-    # probabilistic PCA without missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row)
-    # it is factorised once; L, Sigma, log|L| and c are then broadcast views.
+    # _unpack(nat) -> (m, L, Sigma, log|L|, c) with c c^T = L (None when _spd_factor kept
+    # none: formed when sampling), read-only (UnpackMemo: the last q is remembered). When
+    # every plate entry has the same precision (the scores of probabilistic PCA without
+    # missing cells: I + sum_d E[tau] E[w_d w_d^T] for every row) it is factorised once; L,
+    # Sigma, log|L| and c are then broadcast views.
 
     def _unpack_new(self, nat):
         lam1, lam2 = broadcast_nat(nat, self.event_ndims)
         plates = lam2.shape[:-2]
         one = _shared_matrix(lam2)
         prec = _sym_m2(lam2 if one is None else one)
-        if one is None and prec.shape[-1] <= SMALL_D:   # (c is formed when sampling)
-            small = _spd_small(prec)
-            if small is not None:
-                cov, logdet = small
-                return _matvec(cov, lam1), prec, cov, logdet, None
         if one is None:
-            few = _spd_inv_logdet_few(prec)   # (c is formed when sampling)
-            if few is not None:
-                return _matvec(few[0], lam1), prec, few[0], few[1], None
+            cov, logdet, c = _spd_factor(prec, "-2 * lam2 (the precision)", self.name)
+            return _matvec(cov, lam1), prec, cov, logdet, c
         c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         cov = _spd_inv(c)
         logdet = _chol_logdet(c)
-        if one is None:
-            return _matvec(cov, lam1), prec, cov, logdet, c
         if type(lam1) is not np.ndarray or lam1.shape[:-1] != plates:
             lam1 = np.broadcast_to(lam1, plates + cov.shape[-1:])
         m = lam1 @ cov   # Sigma symmetric: one GEMM
@@ -278,7 +270,7 @@ class MultivariateNormal(UnpackMemo, ExponentialFamily):
         """x = m + c^{-T} z with c c^T = L; shape size + plates + (D,)."""
         rng = _rng(rng)
         m, prec, _, _, c = self._unpack(nat)
-        if c is None:   # (factorised by _spd_small or _spd_inv_logdet_few)
+        if c is None:   # (_spd_factor kept none)
             c = _chol(prec, "-2 * lam2 (the precision)", self.name, symmetric=True)
         z = rng.standard_normal(_size_tuple(size) + m.shape)
         # one factor for the entries that share it (stride 0: a shared precision)

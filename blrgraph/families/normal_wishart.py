@@ -22,10 +22,10 @@ import numpy as np
 
 from .base import (ExponentialFamily, UnpackMemo, broadcast_nat, check_positive, check_spd,
                    object_array)
-from .wishart import (LOG2, LOG2PI, _check_broadcast, _check_dof, _chol, _chol_logdet,
-                      _inv_from_chol, _matvec, _multigammaln, _outer, _prefix, _quad,
-                      _rng, _safe_logdet, _size_tuple, _sym, _trace_prod, bartlett_factor,
-                      mvdigamma, wishart_var)
+from ._spd import _chol, _chol_logdet, _inv_from_chol, _sym
+from .wishart import (LOG2, LOG2PI, _check_broadcast, _check_dof, _matvec, _multigammaln,
+                      _outer, _prefix, _quad, _rng, _safe_logdet, _size_tuple, _trace_prod,
+                      bartlett_factor, mvdigamma, wishart_var)
 
 
 class NormalWishart(UnpackMemo, ExponentialFamily):
