@@ -28,12 +28,12 @@ import numpy as np
 from scipy import stats
 from scipy.special import digamma, gammaln, log_softmax
 
-from .base import ExponentialFamily, _fsum
+from .base import ExponentialFamily, UnpackMemo, _fsum
 from ._scalar_helpers import (as_nat, check_positive, draw_shape, frozen, get_rng, label,
                               simplex_mode)
 
 
-class Dirichlet(ExponentialFamily):
+class Dirichlet(UnpackMemo, ExponentialFamily):
     """Dirichlet(alpha), alpha of shape plates + (K,)."""
 
     name = "Dirichlet"
@@ -68,27 +68,14 @@ class Dirichlet(ExponentialFamily):
         return l1 + 1.0
 
     def _alpha_sum(self, nat):
-        """(alpha, alpha_0 with its last axis kept) of ``nat``, the last pair kept (keyed on
-        the array's identity: natural parameters are replaced, never modified in place),
-        so that the moments and the log-partition of one q share them (a sweep reads
-        both)."""
-        (l1,) = as_nat(nat, 1)
-        memo = self.__dict__.get("_sum_memo")
-        if memo is not None and memo[0] is l1:
-            return memo[1], memo[2]
-        al = l1 + 1.0
-        a0 = np.add.reduce(al, axis=-1, keepdims=True)
-        self._sum_memo = (l1, al, a0)
-        return al, a0
+        """(alpha, alpha_0 with its last axis kept) of ``nat``, the last pair kept
+        (UnpackMemo: keyed on the array's identity), so that the moments and the
+        log-partition of one q share them (a sweep reads both)."""
+        return self._unpack(as_nat(nat, 1))
 
-    def release(self):
-        """Forget the last q's alpha and alpha_0 (a fit has ended)."""
-        self.__dict__.pop("_sum_memo", None)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_sum_memo", None)   # (a work memo, not part of the family)
-        return state
+    def _unpack_new(self, nat):
+        al = nat[0] + 1.0
+        return al, np.add.reduce(al, axis=-1, keepdims=True)
 
     # ---- exponential-family functions -------------------------------------
     def suff_stats(self, x):

@@ -273,20 +273,18 @@ class Stochastic(Node):
         return self._obs_moments
 
     def moments(self):
-        m = self._moments
-        if m is not None and not self.observed:   # (the common read: kept since set)
-            return m
         if self.observed:
             return self._observed_moments()
-        if self._moments is None and not self.point and self._factored is not None:
-            self._moments = (self._factored.p,)
         if self._moments is None:
-            if self.nat is None:
-                self.set_natural(self.prior_natural())
-            if self.point:
-                self._moments = self.family.point_stats(self.nat)
+            if not self.point and self._factored is not None:
+                self._moments = (self._factored.p,)
             else:
-                self._moments = self.family.mean_params(self.nat)
+                if self.nat is None:
+                    self.set_natural(self.prior_natural())
+                if self.point:
+                    self._moments = self.family.point_stats(self.nat)
+                else:
+                    self._moments = self.family.mean_params(self.nat)
         return self._moments
 
     # q's natural parameters: an array tuple, or (after :meth:`set_natural_terms`) built

@@ -135,13 +135,10 @@ def _moving_target(node, total):
     which for an unbroadcast lam0 is numpy's broadcasting sum (the same numbers)."""
     if total is None:
         return _prior(node)
-    f = node.factor
-    lam0 = f.prior_natural([p.moments() for p in f.parents])   # (_prior's, unbroadcast)
+    lam0 = _prior(node, broadcast=False)
     plates, nd = node.plates, node.family.event_ndims
     out = []
     for a, m, k in zip(lam0, total, nd):
-        if type(a) is not np.ndarray:
-            a = np.asarray(a)
         shape = plates + a.shape[a.ndim - k:]
         if type(m) is np.ndarray and m.shape == shape and a.ndim <= m.ndim and \
                 (a.shape == shape[len(shape) - a.ndim:] or
@@ -156,7 +153,7 @@ def _moving_target(node, total):
             out.append(add_compact(np.broadcast_to(a, shape), m))
     if len(lam0) == len(out):
         return tuple(out)
-    return tuple(out) + tuple(np.broadcast_to(a, plates + np.shape(a)[np.ndim(a) - k:])
+    return tuple(out) + tuple(np.broadcast_to(a, plates + a.shape[a.ndim - k:])
                               for a, k in zip(lam0[len(total):], nd[len(total):]))
 
 
